@@ -1,0 +1,209 @@
+//! The doorbell: the sleep/wake protocol of one receive window.
+//!
+//! All memory-ordering reasoning for the wake-up lives in this file.
+//!
+//! The bell is one `u32` word in shared memory (a window slot of the
+//! receiver's control segment):
+//!
+//! ```text
+//!   bit 0      ARMED  -- the receiver is about to sleep, or sleeps, on this word
+//!   bits 1..31 count  -- bumped by every ring, so a sleep that has not started
+//!                        yet sees a changed word and does not start
+//! ```
+//!
+//! Receiver: `arm()` (SYNC POINT A), re-check every source, then `sleep()`
+//! with the token `arm()` returned, then `disarm()`.
+//! Sender: publish the data (a Release store in the ring or queue), then
+//! `ring()` (SYNC POINT A): one load when the receiver is awake, no syscall;
+//! a CAS and a futex wake only when it is armed.
+//!
+//! Why no wake-up is lost: the receiver's arm is followed by a SeqCst fence
+//! before it re-checks; the sender's publish is followed by a SeqCst fence
+//! before it loads the bell.  Of two SeqCst fences one comes first in the
+//! single total order, so either the re-check sees the data, or the sender's
+//! load sees ARMED and rings.  A ring changes the word, so a futex wait on the
+//! old token returns at once even if it starts after the ring.
+
+use crate::sync::{fence, AtomicU32, Ordering};
+use std::time::Duration;
+
+/// Set while the receiver is (about to be) asleep.
+pub const ARMED: u32 = 1;
+/// What one ring adds to the word.
+const RING_STEP: u32 = 2;
+
+/// How a thread sleeps on, and wakes, a word in memory.  The real one is
+/// the shared (non-private) futex; loom tests use a process-local fake.
+pub trait Parker {
+    /// Sleep while `*word == expected`, at most `timeout` (None: forever).
+    fn wait(&self, word: &AtomicU32, expected: u32, timeout: Option<Duration>);
+    /// Wake every thread sleeping on `word`.
+    fn wake(&self, word: &AtomicU32);
+}
+
+/// What `ring` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rang {
+    /// The receiver was awake: nothing done, no syscall.
+    Skipped,
+    /// The receiver was armed: the word changed and a wake was issued.
+    Woken,
+}
+
+/// Receiver, step 1: declare that we are going to sleep.  Returns the token
+/// to pass to `sleep`.  The caller must re-check every source after this.
+pub fn arm(word: &AtomicU32) -> u32 {
+    let prev = word.fetch_or(ARMED, Ordering::SeqCst);
+    // SYNC POINT A (receiver side): orders the arm before the re-check loads.
+    fence(Ordering::SeqCst);
+    prev | ARMED
+}
+
+/// Receiver, step 2: sleep unless a ring changed the word since `arm`.
+pub fn sleep<P: Parker>(parker: &P, word: &AtomicU32, token: u32, timeout: Option<Duration>) {
+    parker.wait(word, token, timeout);
+}
+
+/// Receiver, step 3: awake again (woken, timed out or the re-check found work).
+pub fn disarm(word: &AtomicU32) {
+    word.fetch_and(!ARMED, Ordering::Relaxed);
+}
+
+/// Whether the word moved on from `token` (somebody rang).
+pub fn rang_since(word: &AtomicU32, token: u32) -> bool {
+    (word.load(Ordering::Relaxed) | ARMED) != token
+}
+
+/// Sender: after publishing, wake the receiver if (and only if) it sleeps.
+pub fn ring<P: Parker>(parker: &P, word: &AtomicU32) -> Rang {
+    // SYNC POINT A (sender side): orders the publish before the ARMED load.
+    fence(Ordering::SeqCst);
+    let mut seen = word.load(Ordering::Relaxed);
+    loop {
+        if seen & ARMED == 0 {
+            return Rang::Skipped;
+        }
+        let rung = (seen & !ARMED).wrapping_add(RING_STEP);
+        match word.compare_exchange_weak(seen, rung, Ordering::SeqCst, Ordering::Relaxed) {
+            Ok(_) => {
+                parker.wake(word);
+                return Rang::Woken;
+            }
+            // Another sender rang, or the receiver disarmed or re-armed:
+            // look again, the receiver may be armed anew.
+            Err(now) => seen = now,
+        }
+    }
+}
+
+/// The real parker: a futex word that other processes map too.
+#[cfg(not(loom))]
+pub struct SharedFutex;
+
+#[cfg(not(loom))]
+impl Parker for SharedFutex {
+    fn wait(&self, word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+        crate::sys::futex_wait_shared(word, expected, timeout);
+    }
+    fn wake(&self, word: &AtomicU32) {
+        crate::sys::futex_wake_shared(word);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::AtomicBool;
+    use loom::sync::{Arc, Condvar, Mutex};
+
+    /// A process-local futex: wait checks the word under the mutex.
+    struct FakeFutex {
+        lock: Mutex<()>,
+        cond: Condvar,
+    }
+
+    impl Parker for FakeFutex {
+        fn wait(&self, word: &AtomicU32, expected: u32, _t: Option<Duration>) {
+            let mut g = self.lock.lock().unwrap();
+            while word.load(Ordering::SeqCst) == expected {
+                g = self.cond.wait(g).unwrap();
+            }
+        }
+        fn wake(&self, _word: &AtomicU32) {
+            let _g = self.lock.lock().unwrap();
+            self.cond.notify_all();
+        }
+    }
+
+    /// One sender publishes then rings; the receiver arms, re-checks, sleeps.
+    /// A lost wake-up shows as a loom deadlock.
+    #[test]
+    fn no_lost_wakeup() {
+        loom::model(|| {
+            let bell = Arc::new(AtomicU32::new(0));
+            let data = Arc::new(AtomicBool::new(false));
+            let fx = Arc::new(FakeFutex { lock: Mutex::new(()), cond: Condvar::new() });
+            let (b2, d2, f2) = (bell.clone(), data.clone(), fx.clone());
+            let sender = loom::thread::spawn(move || {
+                d2.store(true, Ordering::Release);
+                ring(&*f2, &b2);
+            });
+            loop {
+                if data.load(Ordering::Acquire) {
+                    break;
+                }
+                let token = arm(&bell);
+                if data.load(Ordering::Acquire) {
+                    disarm(&bell);
+                    break;
+                }
+                sleep(&*fx, &bell, token, None);
+                disarm(&bell);
+            }
+            sender.join().unwrap();
+        });
+    }
+
+    /// Two senders and a receiver that sleeps twice: each message must be seen.
+    #[test]
+    fn two_senders_two_sleeps() {
+        loom::model(|| {
+            let bell = Arc::new(AtomicU32::new(0));
+            let count = Arc::new(AtomicU32::new(0));
+            let fx = Arc::new(FakeFutex { lock: Mutex::new(()), cond: Condvar::new() });
+            let mut hs = vec![];
+            for _ in 0..2 {
+                let (b, c, f) = (bell.clone(), count.clone(), fx.clone());
+                hs.push(loom::thread::spawn(move || {
+                    c.fetch_add(1, Ordering::Release);
+                    ring(&*f, &b);
+                }));
+            }
+            loop {
+                if count.load(Ordering::Acquire) == 2 {
+                    break;
+                }
+                let token = arm(&bell);
+                if count.load(Ordering::Acquire) == 2 {
+                    disarm(&bell);
+                    break;
+                }
+                sleep(&*fx, &bell, token, None);
+                disarm(&bell);
+            }
+            for h in hs {
+                h.join().unwrap();
+            }
+        });
+    }
+
+    /// A sender that finds the receiver awake must not wake anything.
+    #[test]
+    fn awake_receiver_costs_no_wake() {
+        loom::model(|| {
+            let bell = AtomicU32::new(0);
+            let fx = FakeFutex { lock: Mutex::new(()), cond: Condvar::new() };
+            assert_eq!(ring(&fx, &bell), Rang::Skipped);
+        });
+    }
+}

@@ -1,0 +1,109 @@
+//! A task's control segment: its windows' bells and the table of rings that
+//! senders created for each window.  Senders map it to ring the bells.
+//!
+//! ```text
+//! offset 0     ControlHeader (64 B)
+//! offset 64    WindowSlot[MAX_WINDOWS]   (each 64 B + 2 KiB bitmap)
+//! ```
+
+use crate::config::{MAX_TASKS, MAX_WINDOWS};
+use crate::error::{Error, Result};
+use crate::shm::{control_name, Segment, ShmSafe};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DBCTRL\0\0");
+pub const CONTROL_VERSION: u32 = 1;
+
+#[repr(C)]
+pub struct ControlHeader {
+    pub magic: u64,
+    /// Written last by the creator (Release); 0 means "still initialising".
+    pub version: AtomicU32,
+    pub owner_pid: u32,
+    pub owner_task: u32,
+    /// Windows 0..windows_open are open.
+    pub windows_open: AtomicU32,
+    /// Set to 1 by the owner on a clean close: its exit is not a loss.
+    pub closed: AtomicU32,
+    _pad: [u8; 36],
+}
+
+/// One receive window.
+#[repr(C)]
+pub struct WindowSlot {
+    /// The doorbell word (see bell.rs).
+    pub bell: AtomicU32,
+    /// Set by a sender after it adds a ring to `ring_bitmap`.
+    pub new_rings: AtomicU32,
+    _pad: [u8; 56],
+    /// Bit `src` set: a ring from task `src` to this window exists.
+    pub ring_bitmap: [AtomicU64; (MAX_TASKS / 64) as usize],
+}
+
+// SAFETY: repr(C), plain integers and atomics only, all-zero is valid.
+unsafe impl ShmSafe for ControlHeader {}
+// SAFETY: as above.
+unsafe impl ShmSafe for WindowSlot {}
+
+const _: () = assert!(std::mem::size_of::<ControlHeader>() == 64);
+const _: () = assert!(std::mem::size_of::<WindowSlot>() == 64 + 2048);
+const _: () = assert!(std::mem::align_of::<WindowSlot>() == 8);
+
+pub const HEADER_BYTES: usize = 64;
+pub const CONTROL_BYTES: usize =
+    HEADER_BYTES + MAX_WINDOWS as usize * std::mem::size_of::<WindowSlot>();
+
+pub struct Control {
+    seg: Segment,
+}
+
+impl Control {
+    pub fn create(dir: &str, job: &str, task: u32) -> Result<Control> {
+        let seg = Segment::create(dir, &control_name(job, task), CONTROL_BYTES)?;
+        let c = Control { seg };
+        let h = c.header();
+        // SAFETY: we created the segment and nobody validates it before
+        // `version` is published below; plain writes to the header are ours alone.
+        unsafe {
+            let p = c.seg.base() as *mut ControlHeader;
+            (*p).magic = CONTROL_MAGIC;
+            (*p).owner_pid = std::process::id();
+            (*p).owner_task = task;
+        }
+        h.windows_open.store(1, Ordering::Relaxed);
+        // SYNC POINT B: publishes the header fields above (Acquire in `open`).
+        h.version.store(CONTROL_VERSION, Ordering::Release);
+        Ok(c)
+    }
+
+    pub fn open(dir: &str, job: &str, task: u32) -> Result<Control> {
+        let seg = Segment::open(dir, &control_name(job, task), CONTROL_BYTES)?;
+        let c = Control { seg };
+        let h = c.header();
+        // SYNC POINT B (reader side).
+        if h.version.load(Ordering::Acquire) != CONTROL_VERSION
+            || h.magic != CONTROL_MAGIC
+            || h.owner_task != task
+        {
+            return Err(Error::Shm);
+        }
+        Ok(c)
+    }
+
+    pub fn header(&self) -> &ControlHeader {
+        self.seg.at(0)
+    }
+
+    pub fn window(&self, w: u32) -> &WindowSlot {
+        assert!(w < MAX_WINDOWS);
+        self.seg.at(HEADER_BYTES + w as usize * std::mem::size_of::<WindowSlot>())
+    }
+
+    pub fn unlink(&mut self) {
+        self.seg.unlink();
+    }
+
+    pub fn segment_mut(&mut self) -> &mut Segment {
+        &mut self.seg
+    }
+}

@@ -1,0 +1,73 @@
+//! Per-process event counters, readable by tests and benchmarks.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+#[derive(Default)]
+pub struct Counters {
+    pub notifies_sent: AtomicU64,
+    pub notifies_skipped: AtomicU64,
+    pub wakeups: AtomicU64,
+    pub spurious_wakeups: AtomicU64,
+    pub shm_sent: AtomicU64,
+    pub shm_received: AtomicU64,
+    pub tcp_sent: AtomicU64,
+    pub tcp_received: AtomicU64,
+    pub shm_wakeups: AtomicU64,
+    pub tcp_wakeups: AtomicU64,
+    pub peers_lost: AtomicU64,
+    pub strangers_rejected: AtomicU64,
+}
+
+/// A snapshot of the counters.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+#[allow(non_camel_case_types)]
+pub struct doorbell_counters {
+    /// Doorbells rung: the receiver was armed (a futex wake).
+    pub notifies_sent: u64,
+    /// The receiver was awake: no syscall.
+    pub notifies_skipped: u64,
+    /// This process returned from a sleep.
+    pub wakeups: u64,
+    /// ... and found nothing to do.
+    pub spurious_wakeups: u64,
+    /// Messages sent over shared memory.
+    pub shm_sent: u64,
+    /// Messages received over shared memory.
+    pub shm_received: u64,
+    /// Messages sent over TCP.
+    pub tcp_sent: u64,
+    /// Messages received over TCP.
+    pub tcp_received: u64,
+    /// Sleeps ended by a shared-memory message.
+    pub shm_wakeups: u64,
+    /// Sleeps ended by a TCP message (FLIH -> SLIH).
+    pub tcp_wakeups: u64,
+    /// Peers that exited or were killed without closing.
+    pub peers_lost: u64,
+    /// TCP connections that failed the handshake.
+    pub strangers_rejected: u64,
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> doorbell_counters {
+        doorbell_counters {
+            notifies_sent: self.notifies_sent.load(Relaxed),
+            notifies_skipped: self.notifies_skipped.load(Relaxed),
+            wakeups: self.wakeups.load(Relaxed),
+            spurious_wakeups: self.spurious_wakeups.load(Relaxed),
+            shm_sent: self.shm_sent.load(Relaxed),
+            shm_received: self.shm_received.load(Relaxed),
+            tcp_sent: self.tcp_sent.load(Relaxed),
+            tcp_received: self.tcp_received.load(Relaxed),
+            shm_wakeups: self.shm_wakeups.load(Relaxed),
+            tcp_wakeups: self.tcp_wakeups.load(Relaxed),
+            peers_lost: self.peers_lost.load(Relaxed),
+            strangers_rejected: self.strangers_rejected.load(Relaxed),
+        }
+    }
+}
+
+pub fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Relaxed);
+}

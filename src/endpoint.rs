@@ -1,0 +1,841 @@
+//! The endpoint: one per process.  Peers, windows, the send and receive
+//! paths, and the wait loop that sleeps on a window's bell.
+
+use crate::address::Address;
+use crate::bell::{self, Rang, SharedFutex};
+use crate::config::{Config, WaitMode, MAX_TASKS, MAX_WINDOWS};
+use crate::control::Control;
+use crate::counters::{bump, Counters};
+use crate::error::{Error, Result};
+use crate::frame::{self, FrameHeader};
+use crate::ring::{Consumer, Gather, Producer};
+use crate::sys;
+use crate::tcp::{Conn, RxEnd, RxEvent, NO_TASK};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::{SocketAddrV4, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+use std::time::Duration;
+
+/// epoll tokens: 0 shutdown, 1 listener, PID_BIT|task for pidfds, else a connection.
+pub(crate) const TOKEN_SHUTDOWN: u64 = 0;
+pub(crate) const TOKEN_LISTENER: u64 = 1;
+pub(crate) const PID_BIT: u64 = 1 << 62;
+/// Messages delivered from one ring per progress call, for fairness.
+const RING_BUDGET: usize = 64;
+/// A sender streaming a large message waits this long for a consumer that
+/// stopped draining before it queues the rest.
+const STREAM_STALL_NS: u64 = 200_000;
+
+/// Why a progress or wait call returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woke {
+    /// This many messages were delivered (0 only from progress).
+    Message(usize),
+    /// Rung without data for us (a local_notify, or send space freed).
+    Notify,
+    Timeout,
+    /// A peer task exited or was killed without closing.
+    PeerLost(u32),
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A send that did not fit yet: the rest of one message.
+struct Backlog {
+    window: u32,
+    tag: u8,
+    /// Bytes of the message from `base` on.
+    rest: Vec<u8>,
+    base: u64,
+    total: u64,
+}
+
+#[derive(Default)]
+struct PeerTx {
+    rings: Vec<Option<Producer>>,
+    backlog: VecDeque<Backlog>,
+    backlog_bytes: u64,
+}
+
+pub(crate) struct Peer {
+    pub task: u32,
+    addr: Option<Address>,
+    pub local: bool,
+    /// The peer's control segment (local peers): its bells and windows.
+    control: OnceLock<Control>,
+    tx: Mutex<PeerTx>,
+    /// The connection we send on (remote peers).
+    conn: Mutex<Option<Arc<Conn>>>,
+    pub lost: AtomicBool,
+    /// The peer said goodbye: its exit is not a loss.
+    gone: AtomicBool,
+    watched: AtomicBool,
+    pidfd: Mutex<Option<OwnedFd>>,
+}
+
+struct Inbound {
+    src: u32,
+    tag: u8,
+    data: Vec<u8>,
+}
+
+#[derive(Default)]
+struct WindowRx {
+    rings: Vec<Consumer>,
+    known: HashSet<u32>,
+}
+
+#[derive(Default)]
+struct WindowLocal {
+    rx: Mutex<WindowRx>,
+    inbox: Mutex<VecDeque<Inbound>>,
+    inbox_ready: AtomicBool,
+    lost: Mutex<VecDeque<u32>>,
+    lost_ready: AtomicBool,
+}
+
+pub(crate) struct Inner {
+    pub cfg: Config,
+    pub job_hash: u64,
+    pub me: Address,
+    control: Control,
+    windows: Vec<WindowLocal>,
+    peers: RwLock<HashMap<u32, Arc<Peer>>>,
+    pub conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    next_token: AtomicU64,
+    pub epoll: OwnedFd,
+    pub shutdown: OwnedFd,
+    pub listener: TcpListener,
+    pub counters: Counters,
+    /// Bytes queued in peers' backlogs (a fast "anything to push?").
+    backlog_bytes: AtomicU64,
+    parker: SharedFutex,
+}
+
+pub struct Endpoint {
+    pub(crate) inner: Arc<Inner>,
+    flih: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What one progress pass delivered, by path.
+#[derive(Default, Clone, Copy)]
+struct Delivered {
+    shm: usize,
+    tcp: usize,
+    lost: Option<u32>,
+}
+
+impl Delivered {
+    /// What the caller must hear now, if anything.
+    fn outcome(&self) -> Option<Woke> {
+        match (self.shm + self.tcp, self.lost) {
+            (0, Some(t)) => Some(Woke::PeerLost(t)),
+            (0, None) => None,
+            (n, _) => Some(Woke::Message(n)),
+        }
+    }
+}
+
+impl Endpoint {
+    pub fn new(cfg: Config) -> Result<Endpoint> {
+        cfg.validate()?;
+        let ip = cfg.pick_address()?;
+        let listener = bind(ip, cfg.port_min, cfg.port_max)?;
+        listener.set_nonblocking(true).map_err(|_| Error::Network)?;
+        let port = listener.local_addr().map_err(|_| Error::Network)?.port();
+        let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task)?;
+        let epoll = sys::epoll_create().map_err(|_| Error::Internal)?;
+        let shutdown = sys::eventfd().map_err(|_| Error::Internal)?;
+        sys::epoll_add(epoll.as_raw_fd(), shutdown.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_SHUTDOWN)
+            .map_err(|_| Error::Internal)?;
+        sys::epoll_add(epoll.as_raw_fd(), listener.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_LISTENER)
+            .map_err(|_| Error::Internal)?;
+        let me = Address {
+            task: cfg.task,
+            pid: std::process::id(),
+            node_id: cfg.node_id,
+            job_hash: cfg.job_hash(),
+            tcp: SocketAddrV4::new(ip, port),
+        };
+        let inner = Arc::new(Inner {
+            job_hash: cfg.job_hash(),
+            cfg,
+            me,
+            control,
+            windows: (0..MAX_WINDOWS).map(|_| WindowLocal::default()).collect(),
+            peers: RwLock::new(HashMap::new()),
+            conns: Mutex::new(HashMap::new()),
+            next_token: AtomicU64::new(2),
+            epoll,
+            shutdown,
+            listener,
+            counters: Counters::default(),
+            backlog_bytes: AtomicU64::new(0),
+            parker: SharedFutex,
+        });
+        let flih_inner = inner.clone();
+        let flih = std::thread::Builder::new()
+            .name("doorbell-flih".into())
+            .spawn(move || crate::flih::run(&flih_inner))
+            .map_err(|_| Error::Internal)?;
+        Ok(Endpoint { inner, flih: Some(flih) })
+    }
+
+    pub fn address(&self) -> Address {
+        self.inner.me
+    }
+
+    pub fn counters(&self) -> crate::counters::doorbell_counters {
+        self.inner.counters.snapshot()
+    }
+
+    pub fn connect(&self, blob: &[u8]) -> Result<u32> {
+        self.inner.connect(blob)
+    }
+
+    pub fn window_open(&self) -> Result<u32> {
+        let h = self.inner.control.header();
+        let mut n = h.windows_open.load(Ordering::Acquire);
+        loop {
+            if n >= MAX_WINDOWS {
+                return Err(Error::InvalidArgument);
+            }
+            match h.windows_open.compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(n),
+                Err(now) => n = now,
+            }
+        }
+    }
+
+    pub fn peer_path(&self, task: u32) -> Result<u32> {
+        let p = self.inner.peer(task)?;
+        Ok(if p.local { 1 } else { 2 })
+    }
+
+    pub fn send(&self, task: u32, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
+        self.inner.send(task, window, tag, parts)
+    }
+
+    pub fn progress(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Result<Woke> {
+        self.inner.check_window(window)?;
+        Ok(self.inner.progress(window, cb).outcome().unwrap_or(Woke::Message(0)))
+    }
+
+    pub fn wait(
+        &self,
+        window: u32,
+        mode: Option<WaitMode>,
+        timeout: Option<Duration>,
+        cb: &mut dyn FnMut(u32, u8, &[u8]),
+    ) -> Result<Woke> {
+        self.inner.check_window(window)?;
+        self.inner.wait(window, mode.unwrap_or(self.inner.cfg.wait_mode), timeout, cb)
+    }
+
+    pub fn local_notify(&self, task: u32, window: u32) -> Result<()> {
+        self.inner.local_notify(task, window)
+    }
+
+    pub fn flush(&self, timeout: Option<Duration>) -> Result<()> {
+        self.inner.flush(timeout)
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        let _ = self.inner.flush(Some(Duration::from_secs(2)));
+        self.inner.say_goodbye();
+        sys::eventfd_signal(self.inner.shutdown.as_raw_fd());
+        if let Some(h) = self.flih.take() {
+            let _ = h.join();
+        }
+        // Dropping Inner unlinks our control segment and our ring files.
+    }
+}
+
+fn bind(ip: std::net::Ipv4Addr, lo: u16, hi: u16) -> Result<TcpListener> {
+    if lo == 0 {
+        return TcpListener::bind(SocketAddrV4::new(ip, 0)).map_err(|_| Error::Network);
+    }
+    (lo..=hi.max(lo))
+        .find_map(|p| TcpListener::bind(SocketAddrV4::new(ip, p)).ok())
+        .ok_or(Error::Network)
+}
+
+impl Inner {
+    fn check_window(&self, window: u32) -> Result<()> {
+        if window >= self.control.header().windows_open.load(Ordering::Acquire) {
+            return Err(Error::UnknownWindow);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn peer(&self, task: u32) -> Result<Arc<Peer>> {
+        self.peers.read().unwrap_or_else(|p| p.into_inner()).get(&task).cloned().ok_or(Error::UnknownTask)
+    }
+
+    /// The peer record for `task`, made if it first shows up as a sender.
+    fn peer_or_insert(&self, task: u32, local: bool, addr: Option<Address>) -> Arc<Peer> {
+        let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
+        peers
+            .entry(task)
+            .or_insert_with(|| {
+                Arc::new(Peer {
+                    task,
+                    addr,
+                    local,
+                    control: OnceLock::new(),
+                    tx: Mutex::new(PeerTx { rings: (0..MAX_WINDOWS).map(|_| None).collect(), ..Default::default() }),
+                    conn: Mutex::new(None),
+                    lost: AtomicBool::new(false),
+                    gone: AtomicBool::new(false),
+                    watched: AtomicBool::new(false),
+                    pidfd: Mutex::new(None),
+                })
+            })
+            .clone()
+    }
+
+    fn connect(&self, blob: &[u8]) -> Result<u32> {
+        let a = Address::decode(blob)?;
+        if a.job_hash != self.job_hash {
+            return Err(Error::BadAddress);
+        }
+        let local = !self.cfg.force_tcp && a.node_id == self.cfg.node_id;
+        let p = self.peer_or_insert(a.task, local, Some(a));
+        if p.local != local || p.addr.is_some_and(|old| old != a) {
+            // The same task id with another address: a mix-up in the caller.
+            return Err(Error::BadAddress);
+        }
+        if a.node_id == self.cfg.node_id && a.task != self.cfg.task {
+            self.watch_pid(&p, a.pid);
+        }
+        Ok(a.task)
+    }
+
+    /// Put a same-host peer's pidfd in the FLIH's epoll set: its exit wakes us.
+    fn watch_pid(&self, p: &Peer, pid: u32) {
+        if p.watched.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Ok(fd) = sys::pidfd_open(pid) {
+            let _ = sys::epoll_add(self.epoll.as_raw_fd(), fd.as_raw_fd(), libc::EPOLLIN as u32, PID_BIT | p.task as u64);
+            *lock(&p.pidfd) = Some(fd);
+        } else {
+            // Already gone before we could watch it.
+            self.peer_exited(p.task);
+        }
+    }
+
+    fn peer_control<'p>(&self, p: &'p Peer) -> Result<&'p Control> {
+        if let Some(c) = p.control.get() {
+            return Ok(c);
+        }
+        let c = Control::open(&self.cfg.shm_dir, &self.cfg.job, p.task).map_err(|_| {
+            if p.lost.load(Ordering::Acquire) {
+                Error::PeerLost
+            } else {
+                Error::Shm
+            }
+        })?;
+        Ok(p.control.get_or_init(|| c))
+    }
+
+    fn send(&self, task: u32, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        if len > self.cfg.max_message {
+            return Err(Error::BadLength);
+        }
+        if window >= MAX_WINDOWS {
+            return Err(Error::UnknownWindow);
+        }
+        let p = self.peer(task)?;
+        if p.lost.load(Ordering::Acquire) {
+            return Err(Error::PeerLost);
+        }
+        if p.local {
+            self.send_local(&p, window, tag, parts)
+        } else {
+            let conn = self.tcp_conn(&p)?;
+            let hdr = FrameHeader { len, window, tag, kind: frame::KIND_MESSAGE };
+            conn.send(hdr, parts, self.cfg.max_backlog)?;
+            bump(&self.counters.tcp_sent);
+            Ok(())
+        }
+    }
+
+    fn send_local(&self, p: &Peer, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
+        let ctl = self.peer_control(p)?;
+        if window >= ctl.header().windows_open.load(Ordering::Acquire) {
+            return Err(Error::UnknownWindow);
+        }
+        let g = Gather::new(parts);
+        let mut tx = lock(&p.tx);
+        if tx.rings[window as usize].is_none() {
+            let prod = Producer::create(&self.cfg.shm_dir, &self.cfg.job, self.cfg.task, p.task, window, self.cfg.ring_bytes)?;
+            tx.rings[window as usize] = Some(prod);
+            // Announce the ring: bitmap bit, then the flag the receiver polls.
+            let slot = ctl.window(window);
+            let me = self.cfg.task as usize;
+            slot.ring_bitmap[me / 64].fetch_or(1 << (me % 64), Ordering::Release);
+            slot.new_rings.store(1, Ordering::Release);
+        }
+        if !tx.backlog.is_empty() {
+            // Keep order behind what is already queued.
+            if tx.backlog_bytes + g.len() > self.cfg.max_backlog {
+                drop(tx);
+                self.push_backlog(p);
+                return Err(Error::WouldBlock);
+            }
+            tx.backlog.push_back(Backlog { window, tag, rest: g.to_vec_from(0), base: 0, total: g.len() });
+            tx.backlog_bytes += g.len();
+            self.backlog_bytes.fetch_add(g.len(), Ordering::Relaxed);
+            self.push_locked(p, ctl, &mut tx);
+            bump(&self.counters.shm_sent);
+            return Ok(());
+        }
+        let prod = tx.rings[window as usize].as_mut().unwrap();
+        let mut off = 0u64;
+        let mut done = prod.write(tag, &g, &mut off);
+        if !done {
+            // Stream: keep copying while the receiver keeps draining.
+            let mut last_unread = prod.unread();
+            let mut since = sys::now_ns();
+            while !done {
+                self.ring_bell(ctl, window);
+                std::hint::spin_loop();
+                done = prod.write(tag, &g, &mut off);
+                let unread = prod.unread();
+                let now = sys::now_ns();
+                if unread < last_unread {
+                    since = now;
+                }
+                last_unread = unread;
+                if !done && now - since > STREAM_STALL_NS {
+                    break;
+                }
+            }
+        }
+        if !done {
+            let rest = g.to_vec_from(off);
+            let n = rest.len() as u64;
+            tx.backlog.push_back(Backlog { window, tag, rest, base: off, total: g.len() });
+            tx.backlog_bytes += n;
+            self.backlog_bytes.fetch_add(n, Ordering::Relaxed);
+            if tx.rings[window as usize].as_mut().unwrap().set_waiting() {
+                self.push_locked(p, ctl, &mut tx);
+            }
+        }
+        drop(tx);
+        bump(&self.counters.shm_sent);
+        self.ring_bell(ctl, window);
+        Ok(())
+    }
+
+    /// Push a peer's backlog into its rings as far as they take it.
+    fn push_locked(&self, p: &Peer, ctl: &Control, tx: &mut PeerTx) {
+        let mut rang = [false; MAX_WINDOWS as usize];
+        loop {
+            let Some(b) = tx.backlog.front_mut() else { break };
+            let w = b.window as usize;
+            let prod = tx.rings[w].as_mut().expect("ring made before queueing");
+            let parts = [&b.rest[..]];
+            let g = Gather::with_base(&parts, b.base, b.total);
+            let mut off = b.base;
+            let start = off;
+            let done = prod.write(b.tag, &g, &mut off);
+            let wrote = off - start;
+            rang[w] |= wrote > 0 || done;
+            b.rest.drain(..wrote as usize);
+            b.base += wrote;
+            tx.backlog_bytes -= wrote;
+            self.backlog_bytes.fetch_sub(wrote, Ordering::Relaxed);
+            if done {
+                tx.backlog.pop_front();
+            } else if prod.set_waiting() {
+                continue;
+            } else {
+                break;
+            }
+        }
+        for (w, r) in rang.iter().enumerate() {
+            if *r {
+                self.ring_bell(ctl, w as u32);
+            }
+        }
+        let _ = p;
+    }
+
+    fn push_backlog(&self, p: &Peer) {
+        if !p.local {
+            if let Some(c) = lock(&p.conn).clone() {
+                let _ = c.flush();
+            }
+            return;
+        }
+        let Ok(ctl) = self.peer_control(p) else { return };
+        if let Ok(mut tx) = p.tx.try_lock() {
+            if !tx.backlog.is_empty() {
+                self.push_locked(p, ctl, &mut tx);
+            }
+        }
+    }
+
+    fn push_all_backlogs(&self) {
+        if self.backlog_bytes.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let peers: Vec<_> = self.peers.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        for p in peers {
+            if p.local && !p.lost.load(Ordering::Relaxed) {
+                self.push_backlog(&p);
+            }
+        }
+    }
+
+    /// The SLIH: wake (control's) window if it sleeps.  No syscall if awake.
+    fn ring_bell(&self, ctl: &Control, window: u32) {
+        match bell::ring(&self.parker, &ctl.window(window).bell) {
+            Rang::Woken => bump(&self.counters.notifies_sent),
+            Rang::Skipped => bump(&self.counters.notifies_skipped),
+        }
+    }
+
+    /// Wake one of our own windows (FLIH, lost peers, self-wake).
+    pub(crate) fn wake_own(&self, window: u32) {
+        self.ring_bell(&self.control, window);
+    }
+
+    fn local_notify(&self, task: u32, window: u32) -> Result<()> {
+        if window >= MAX_WINDOWS {
+            return Err(Error::UnknownWindow);
+        }
+        if task == self.cfg.task {
+            self.check_window(window)?;
+            self.wake_own(window);
+            return Ok(());
+        }
+        let p = self.peer(task)?;
+        if p.addr.is_some_and(|a| a.node_id != self.cfg.node_id) {
+            // Another node: its bells are not in our shared memory.
+            return Err(Error::InvalidArgument);
+        }
+        let ctl = self.peer_control(&p)?;
+        if window >= ctl.header().windows_open.load(Ordering::Acquire) {
+            return Err(Error::UnknownWindow);
+        }
+        self.ring_bell(ctl, window);
+        Ok(())
+    }
+
+    fn tcp_conn(&self, p: &Peer) -> Result<Arc<Conn>> {
+        let mut slot = lock(&p.conn);
+        if let Some(c) = slot.as_ref() {
+            if !c.dead.load(Ordering::Acquire) {
+                return Ok(c.clone());
+            }
+            return Err(Error::PeerLost);
+        }
+        let addr = p.addr.ok_or(Error::UnknownTask)?;
+        let mut stream =
+            TcpStream::connect_timeout(&addr.tcp.into(), Duration::from_secs(5)).map_err(|_| Error::Network)?;
+        use std::io::Write;
+        stream.write_all(&frame::hello(self.cfg.task, self.job_hash)).map_err(|_| Error::Network)?;
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(Conn::new(stream, token, p.task, true).map_err(|_| Error::Network)?);
+        lock(&self.conns).insert(token, conn.clone());
+        self.epoll_conn(&conn)?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    pub(crate) fn epoll_conn(&self, c: &Conn) -> Result<()> {
+        let ev = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+        sys::epoll_add(self.epoll.as_raw_fd(), c.stream.as_raw_fd(), ev, c.token).map_err(|_| Error::Network)
+    }
+
+    pub(crate) fn new_token(&self) -> u64 {
+        self.next_token.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// FLIH: a connection is readable.  Frames go to their window's inbox,
+    /// then the window's bell rings (the SLIH).
+    pub(crate) fn conn_readable(&self, conn: &Arc<Conn>) {
+        let mut touched = [false; MAX_WINDOWS as usize];
+        let mut goodbye = false;
+        let end = conn.read_ready(self.job_hash, MAX_TASKS, self.cfg.max_message, &mut |ev| match ev {
+            RxEvent::Hello(task) => {
+                conn.task.store(task, Ordering::Release);
+                let p = self.peer_or_insert(task, false, None);
+                let mut slot = lock(&p.conn);
+                if slot.is_none() {
+                    *slot = Some(conn.clone());
+                }
+            }
+            RxEvent::Frame { window, tag, data } => {
+                let w = &self.windows[window as usize];
+                lock(&w.inbox).push_back(Inbound { src: conn.task(), tag, data });
+                w.inbox_ready.store(true, Ordering::Release);
+                touched[window as usize] = true;
+            }
+            RxEvent::Goodbye => goodbye = true,
+        });
+        let task = conn.task();
+        if goodbye {
+            if let Ok(p) = self.peer(task) {
+                p.gone.store(true, Ordering::Release);
+            }
+        }
+        for (w, t) in touched.iter().enumerate() {
+            if *t {
+                self.wake_own(w as u32);
+            }
+        }
+        match end {
+            RxEnd::Drained => {}
+            RxEnd::Stranger => {
+                bump(&self.counters.strangers_rejected);
+                self.drop_conn(conn);
+            }
+            RxEnd::Closed | RxEnd::Garbage => {
+                self.drop_conn(conn);
+                if task != NO_TASK {
+                    self.peer_exited(task);
+                }
+            }
+        }
+    }
+
+    fn drop_conn(&self, conn: &Conn) {
+        conn.dead.store(true, Ordering::Release);
+        sys::epoll_del(self.epoll.as_raw_fd(), conn.stream.as_raw_fd());
+        lock(&self.conns).remove(&conn.token);
+        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// A peer's process ended or its connection closed.  A goodbye (TCP) or
+    /// the closed flag (shared memory) makes it an orderly exit; otherwise
+    /// every window gets a peer-lost event and is woken.
+    pub(crate) fn peer_exited(&self, task: u32) {
+        let Ok(p) = self.peer(task) else { return };
+        if let Some(fd) = lock(&p.pidfd).take() {
+            sys::epoll_del(self.epoll.as_raw_fd(), fd.as_raw_fd());
+        }
+        let orderly = p.gone.load(Ordering::Acquire)
+            || p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0);
+        if p.local || p.watched.load(Ordering::Acquire) {
+            // A killed task cannot clean up after itself: we do.
+            crate::shm::unlink_task_files(&self.cfg.shm_dir, &self.cfg.job, task);
+        }
+        if orderly || p.lost.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        bump(&self.counters.peers_lost);
+        let open = self.control.header().windows_open.load(Ordering::Acquire);
+        for w in 0..open {
+            let win = &self.windows[w as usize];
+            lock(&win.lost).push_back(task);
+            win.lost_ready.store(true, Ordering::Release);
+            self.wake_own(w);
+        }
+    }
+
+    /// Map rings that senders announced for `window`.
+    fn discover_rings(&self, window: u32, rx: &mut WindowRx) {
+        let slot = self.control.window(window);
+        for (i, word) in slot.ring_bitmap.iter().enumerate() {
+            let bits = word.load(Ordering::Acquire);
+            if bits == 0 {
+                continue;
+            }
+            for b in 0..64 {
+                let src = (i * 64 + b) as u32;
+                if bits & (1 << b) == 0 || rx.known.contains(&src) {
+                    continue;
+                }
+                let opened = Consumer::open(&self.cfg.shm_dir, &self.cfg.job, src, self.cfg.task, window, self.cfg.max_message);
+                if let Ok(c) = opened {
+                    rx.known.insert(src);
+                    let pid = c.producer_pid();
+                    rx.rings.push(c);
+                    if src != self.cfg.task {
+                        let p = self.peer_or_insert(src, true, None);
+                        self.watch_pid(&p, pid);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One non-sleeping pass over a window: backlogs, rings, TCP inbox.
+    fn progress(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Delivered {
+        self.push_all_backlogs();
+        let mut d = Delivered::default();
+        let w = &self.windows[window as usize];
+        let Ok(mut rx) = w.rx.try_lock() else { return d };
+        let slot = self.control.window(window);
+        if slot.new_rings.load(Ordering::Relaxed) != 0 && slot.new_rings.swap(0, Ordering::Acquire) != 0 {
+            self.discover_rings(window, &mut rx);
+        }
+        let mut corrupt = vec![];
+        for (i, ring) in rx.rings.iter_mut().enumerate() {
+            if !ring.has_data() {
+                continue;
+            }
+            let src = ring.src;
+            match ring.poll(RING_BUDGET, &mut |tag, data| cb(src, tag, data)) {
+                Ok(n) => d.shm += n,
+                Err(_) => corrupt.push(i),
+            }
+            if ring.take_producer_waiting() {
+                if let Ok(p) = self.peer(src) {
+                    if let Ok(ctl) = self.peer_control(&p) {
+                        self.ring_bell(ctl, 0);
+                    }
+                }
+            }
+        }
+        for i in corrupt.into_iter().rev() {
+            let src = rx.rings.remove(i).src;
+            self.peer_exited(src);
+        }
+        drop(rx);
+        if w.inbox_ready.load(Ordering::Acquire) {
+            w.inbox_ready.store(false, Ordering::Relaxed);
+            let batch: Vec<Inbound> = lock(&w.inbox).drain(..).collect();
+            for m in batch {
+                cb(m.src, m.tag, &m.data);
+                d.tcp += 1;
+            }
+        }
+        self.counters.shm_received.fetch_add(d.shm as u64, Ordering::Relaxed);
+        self.counters.tcp_received.fetch_add(d.tcp as u64, Ordering::Relaxed);
+        if d.shm + d.tcp == 0 && w.lost_ready.load(Ordering::Acquire) {
+            let mut lost = lock(&w.lost);
+            d.lost = lost.pop_front();
+            w.lost_ready.store(!lost.is_empty(), Ordering::Release);
+        }
+        d
+    }
+
+    /// The re-check after arming: is anything waiting for this window?
+    fn has_work(&self, window: u32) -> bool {
+        let w = &self.windows[window as usize];
+        if self.control.window(window).new_rings.load(Ordering::Relaxed) != 0
+            || w.inbox_ready.load(Ordering::Acquire)
+            || w.lost_ready.load(Ordering::Acquire)
+        {
+            return true;
+        }
+        match w.rx.try_lock() {
+            Ok(rx) => rx.rings.iter().any(|r| r.has_data()),
+            // Another thread is progressing this window: don't sleep on it.
+            Err(_) => true,
+        }
+    }
+
+    fn wait(
+        &self,
+        window: u32,
+        mode: WaitMode,
+        timeout: Option<Duration>,
+        cb: &mut dyn FnMut(u32, u8, &[u8]),
+    ) -> Result<Woke> {
+        let start = sys::now_ns();
+        let deadline = timeout.map(|t| start.saturating_add(t.as_nanos().min(u64::MAX as u128) as u64));
+        let expired = |now: u64| deadline.is_some_and(|d| now >= d);
+        if let Some(o) = self.progress(window, cb).outcome() {
+            return Ok(o);
+        }
+        let spin_until = match mode {
+            WaitMode::Poll => u64::MAX,
+            WaitMode::Block => start,
+            WaitMode::Adaptive => start + self.cfg.spin_us as u64 * 1000,
+        };
+        loop {
+            let now = sys::now_ns();
+            if now >= spin_until {
+                break;
+            }
+            if expired(now) {
+                return Ok(Woke::Timeout);
+            }
+            std::hint::spin_loop();
+            if let Some(o) = self.progress(window, cb).outcome() {
+                return Ok(o);
+            }
+        }
+        let word = &self.control.window(window).bell;
+        loop {
+            let token = bell::arm(word);
+            if self.has_work(window) {
+                bell::disarm(word);
+            } else {
+                let now = sys::now_ns();
+                if expired(now) {
+                    bell::disarm(word);
+                    return Ok(Woke::Timeout);
+                }
+                let left = deadline.map(|d| Duration::from_nanos(d - now));
+                bell::sleep(&self.parker, word, token, left);
+                bell::disarm(word);
+                bump(&self.counters.wakeups);
+            }
+            let d = self.progress(window, cb);
+            if d.shm > 0 {
+                bump(&self.counters.shm_wakeups);
+            }
+            if d.tcp > 0 {
+                bump(&self.counters.tcp_wakeups);
+            }
+            if let Some(o) = d.outcome() {
+                return Ok(o);
+            }
+            if bell::rang_since(word, token) {
+                return Ok(Woke::Notify);
+            }
+            if expired(sys::now_ns()) {
+                return Ok(Woke::Timeout);
+            }
+            bump(&self.counters.spurious_wakeups);
+        }
+    }
+
+    fn flush(&self, timeout: Option<Duration>) -> Result<()> {
+        let start = sys::now_ns();
+        loop {
+            self.push_all_backlogs();
+            let conns: Vec<_> = lock(&self.conns).values().cloned().collect();
+            let tcp_left = conns.iter().any(|c| !c.dead.load(Ordering::Relaxed) && c.flush().map_or(false, |empty| !empty));
+            if self.backlog_bytes.load(Ordering::Relaxed) == 0 && !tcp_left {
+                return Ok(());
+            }
+            if timeout.is_some_and(|t| sys::now_ns() - start >= t.as_nanos() as u64) {
+                return Err(Error::TimedOut);
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
+    /// Orderly close: tell TCP peers (goodbye frame) and local peers (the
+    /// closed flag) that our exit is not a loss.
+    fn say_goodbye(&self) {
+        self.control.header().closed.store(1, Ordering::Release);
+        let conns: Vec<_> = lock(&self.conns).values().cloned().collect();
+        for c in conns {
+            let hdr = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_GOODBYE };
+            if c.send(hdr, &[], u64::MAX).is_ok() {
+                for _ in 0..1000 {
+                    if c.flush().unwrap_or(true) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,500 @@
+//! The C ABI.  Every entry point catches panics and returns a status code
+//! (DOORBELL_OK, a count, or a negative DOORBELL_ERR_*); no panic crosses it.
+#![allow(non_camel_case_types)]
+
+use crate::address::{ADDRESS_BYTES, ADDRESS_MAX};
+use crate::config::{Config, WaitMode, MAX_TASKS, MAX_WINDOWS};
+pub use crate::counters::doorbell_counters;
+use crate::endpoint::{Endpoint, Woke};
+use crate::error::Error;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+pub const DOORBELL_OK: c_int = 0;
+/// NULL pointer or bad configuration value.
+pub const DOORBELL_ERR_INVALID_ARGUMENT: c_int = -1;
+/// The window is not open at the receiver.
+pub const DOORBELL_ERR_UNKNOWN_WINDOW: c_int = -2;
+/// The task was never connected.
+pub const DOORBELL_ERR_UNKNOWN_TASK: c_int = -3;
+/// Length larger than max_message (including (size_t)-1).
+pub const DOORBELL_ERR_BAD_LENGTH: c_int = -4;
+/// Malformed or foreign address blob.
+pub const DOORBELL_ERR_BAD_ADDRESS: c_int = -5;
+/// Send backlog full: progress, then retry.
+pub const DOORBELL_ERR_WOULD_BLOCK: c_int = -6;
+/// doorbell_flush timed out.
+pub const DOORBELL_ERR_TIMED_OUT: c_int = -7;
+/// A peer task exited, was killed or hung up.
+pub const DOORBELL_ERR_PEER_LOST: c_int = -8;
+/// The shared-memory directory is full.
+pub const DOORBELL_ERR_NO_SHM_SPACE: c_int = -9;
+/// Another shared-memory failure.
+pub const DOORBELL_ERR_SHM: c_int = -10;
+/// Socket error, connection refused, ...
+pub const DOORBELL_ERR_NETWORK: c_int = -11;
+/// No interface matches if_include / if_exclude.
+pub const DOORBELL_ERR_NO_INTERFACE: c_int = -12;
+/// The address buffer is too small.
+pub const DOORBELL_ERR_BUFFER_TOO_SMALL: c_int = -13;
+/// A bug (a caught panic); the endpoint stays usable.
+pub const DOORBELL_ERR_INTERNAL: c_int = -14;
+
+/// The endpoint's mode (config, or env DOORBELL_WAIT_MODE).
+pub const DOORBELL_WAIT_DEFAULT: u32 = 0;
+/// Spin, never sleep.
+pub const DOORBELL_WAIT_POLL: u32 = 1;
+/// Arm, re-check, sleep on the window's doorbell.
+pub const DOORBELL_WAIT_BLOCK: u32 = 2;
+/// Spin for spin_us, then block.
+pub const DOORBELL_WAIT_ADAPTIVE: u32 = 3;
+
+/// Messages were delivered.
+pub const DOORBELL_WOKE_MESSAGE: u32 = 1;
+/// Rung without data (doorbell_local_notify, or send space freed).
+pub const DOORBELL_WOKE_NOTIFY: u32 = 2;
+/// wake.task exited or was killed.
+pub const DOORBELL_WOKE_PEER_LOST: u32 = 3;
+/// The timeout elapsed with nothing to report.
+pub const DOORBELL_WOKE_TIMEOUT: u32 = 4;
+
+/// Longest address blob doorbell_address() produces.
+pub const DOORBELL_ADDRESS_MAX: usize = 64;
+/// Largest task id + 1.
+pub const DOORBELL_MAX_TASKS: u32 = 16384;
+/// Windows a task may open.
+pub const DOORBELL_MAX_WINDOWS: u32 = 16;
+
+const _: () = assert!(DOORBELL_ADDRESS_MAX == ADDRESS_MAX && DOORBELL_MAX_TASKS == MAX_TASKS);
+const _: () = assert!(DOORBELL_MAX_WINDOWS == MAX_WINDOWS);
+
+/// Opaque per-process endpoint.  Any thread may send; each window should be
+/// progressed by one thread at a time (a concurrent progress of the same
+/// window returns 0 at once).
+pub struct doorbell_endpoint {
+    ep: Endpoint,
+}
+
+/// Endpoint configuration; fill with doorbell_config_init first.
+#[repr(C)]
+pub struct doorbell_config {
+    /// This task's id, unique in the job, < DOORBELL_MAX_TASKS.
+    pub task: u32,
+    /// Tasks with equal node_id talk over shared memory.
+    pub node_id: u64,
+    /// Job key, [A-Za-z0-9_.-]{1,40}; every task of a job uses the same.
+    pub job: *const c_char,
+    /// NULL: env DOORBELL_SHM_DIR or "/dev/shm".
+    pub shm_dir: *const c_char,
+    /// Per-pair ring bytes, a power of 2 in 4 KiB..1 GiB; 0: 1 MiB.
+    pub ring_bytes: u32,
+    /// DOORBELL_WAIT_*; DEFAULT: env DOORBELL_WAIT_MODE (poll|block|adaptive) or adaptive.
+    pub wait_mode: u32,
+    /// Adaptive mode spins this long before sleeping; 0: 50.
+    pub spin_us: u32,
+    /// Nonzero: TCP even to same-node tasks.
+    pub force_tcp: u32,
+    /// Comma list of interface names or IPv4 CIDR; NULL or "": any.
+    pub if_include: *const c_char,
+    /// Comma list; ignored when if_include is set.
+    pub if_exclude: *const c_char,
+    /// TCP listen port range; 0: an ephemeral port.
+    pub port_min: u16,
+    pub port_max: u16,
+    pub _reserved: u32,
+    /// Largest message; 0: 1 GiB; at most 4 GiB - 1.
+    pub max_message: u64,
+    /// Queued unsent bytes per peer before WOULD_BLOCK; 0: 256 MiB.
+    pub max_backlog: u64,
+}
+
+/// One piece of a gathered message.
+#[repr(C)]
+pub struct doorbell_iovec {
+    pub base: *const c_void,
+    pub len: usize,
+}
+
+/// Why a wait returned.
+#[repr(C)]
+pub struct doorbell_wake {
+    /// DOORBELL_WOKE_*.
+    pub reason: u32,
+    /// With PEER_LOST: the lost task.
+    pub task: u32,
+}
+
+/// Called once per complete message, on the thread that called
+/// progress/wait.  `data` is valid only during the call.  The callback may
+/// call doorbell_send*.
+pub type doorbell_recv_fn =
+    Option<unsafe extern "C" fn(ctx: *mut c_void, task: u32, window: u32, tag: u8, data: *const u8, len: usize)>;
+
+fn guard(f: impl FnOnce() -> Result<c_int, Error>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => e.code(),
+        Err(_) => DOORBELL_ERR_INTERNAL,
+    }
+}
+
+/// SAFETY (caller): `p` is NULL or a NUL-terminated string.
+unsafe fn opt_str(p: *const c_char) -> Result<Option<String>, Error> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    CStr::from_ptr(p).to_str().map(|s| Some(s.to_owned())).map_err(|_| Error::InvalidArgument)
+}
+
+fn endpoint<'a>(ep: *const doorbell_endpoint) -> Result<&'a Endpoint, Error> {
+    // SAFETY: the caller passes NULL or a pointer from doorbell_endpoint_create
+    // that it has not destroyed (documented contract).
+    unsafe { ep.as_ref() }.map(|e| &e.ep).ok_or(Error::InvalidArgument)
+}
+
+/// Fill `*cfg` with defaults (task 0, node_id 0, job "doorbell").
+#[no_mangle]
+pub extern "C" fn doorbell_config_init(cfg: *mut doorbell_config) -> c_int {
+    guard(|| {
+        // SAFETY: the caller passes NULL or a writable doorbell_config.
+        let cfg = unsafe { cfg.as_mut() }.ok_or(Error::InvalidArgument)?;
+        *cfg = doorbell_config {
+            task: 0,
+            node_id: 0,
+            job: c"doorbell".as_ptr(),
+            shm_dir: std::ptr::null(),
+            ring_bytes: 0,
+            wait_mode: DOORBELL_WAIT_DEFAULT,
+            spin_us: 0,
+            force_tcp: 0,
+            if_include: std::ptr::null(),
+            if_exclude: std::ptr::null(),
+            port_min: 0,
+            port_max: 0,
+            _reserved: 0,
+            max_message: 0,
+            max_backlog: 0,
+        };
+        Ok(DOORBELL_OK)
+    })
+}
+
+fn config_from_c(c: &doorbell_config) -> Result<Config, Error> {
+    let mut cfg = Config { task: c.task, node_id: c.node_id, force_tcp: c.force_tcp != 0, ..Config::default() };
+    // SAFETY: the strings are NULL or NUL-terminated (documented contract).
+    unsafe {
+        cfg.job = opt_str(c.job)?.ok_or(Error::InvalidArgument)?;
+        if let Some(d) = opt_str(c.shm_dir)? {
+            cfg.shm_dir = d;
+        }
+        cfg.if_include = opt_str(c.if_include)?.unwrap_or_default();
+        cfg.if_exclude = opt_str(c.if_exclude)?.unwrap_or_default();
+    }
+    if c.ring_bytes != 0 {
+        cfg.ring_bytes = c.ring_bytes;
+    }
+    if let Some(m) = WaitMode::from_code(c.wait_mode).ok_or(Error::InvalidArgument)? {
+        cfg.wait_mode = m;
+    }
+    if c.spin_us != 0 {
+        cfg.spin_us = c.spin_us;
+    }
+    cfg.port_min = c.port_min;
+    cfg.port_max = c.port_max;
+    if c.max_message != 0 {
+        cfg.max_message = c.max_message;
+    }
+    if c.max_backlog != 0 {
+        cfg.max_backlog = c.max_backlog;
+    }
+    Ok(cfg)
+}
+
+/// Create the endpoint: control segment, TCP listener, FLIH thread; window 0
+/// is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE, SHM, NO_INTERFACE, NETWORK.
+#[no_mangle]
+pub extern "C" fn doorbell_endpoint_create(cfg: *const doorbell_config, out: *mut *mut doorbell_endpoint) -> c_int {
+    guard(|| {
+        // SAFETY: NULL or a valid config / writable pointer (documented contract).
+        let (c, out) = unsafe { (cfg.as_ref(), out.as_mut()) };
+        let (c, out) = (c.ok_or(Error::InvalidArgument)?, out.ok_or(Error::InvalidArgument)?);
+        let ep = Endpoint::new(config_from_c(c)?)?;
+        *out = Box::into_raw(Box::new(doorbell_endpoint { ep }));
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// Flush (bounded), say goodbye to peers, stop the FLIH thread and unlink
+/// every segment this endpoint created.  NULL is accepted.
+#[no_mangle]
+pub extern "C" fn doorbell_endpoint_destroy(ep: *mut doorbell_endpoint) -> c_int {
+    guard(|| {
+        if !ep.is_null() {
+            // SAFETY: `ep` came from doorbell_endpoint_create and is destroyed once.
+            drop(unsafe { Box::from_raw(ep) });
+        }
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// Write the address blob into `buf`; `*len` is its capacity in, the blob's
+/// length out.  BUFFER_TOO_SMALL if the capacity is short.
+#[no_mangle]
+pub extern "C" fn doorbell_address(ep: *const doorbell_endpoint, buf: *mut u8, len: *mut usize) -> c_int {
+    guard(|| {
+        let ep = endpoint(ep)?;
+        // SAFETY: NULL or a writable size_t.
+        let len = unsafe { len.as_mut() }.ok_or(Error::InvalidArgument)?;
+        if buf.is_null() {
+            return Err(Error::InvalidArgument);
+        }
+        if *len < ADDRESS_BYTES {
+            *len = ADDRESS_BYTES;
+            return Err(Error::BufferTooSmall);
+        }
+        let blob = ep.address().encode();
+        // SAFETY: `buf` has room for *len >= ADDRESS_BYTES bytes.
+        unsafe { std::ptr::copy_nonoverlapping(blob.as_ptr(), buf, ADDRESS_BYTES) };
+        *len = ADDRESS_BYTES;
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// Register a peer from its blob; `*task_out` gets its task id.  Idempotent;
+/// connecting to yourself is allowed.  BAD_ADDRESS for a malformed or
+/// foreign blob.
+#[no_mangle]
+pub extern "C" fn doorbell_connect(ep: *mut doorbell_endpoint, blob: *const u8, len: usize, task_out: *mut u32) -> c_int {
+    guard(|| {
+        let ep = endpoint(ep)?;
+        if blob.is_null() {
+            return Err(Error::InvalidArgument);
+        }
+        if len > ADDRESS_MAX {
+            return Err(Error::BadAddress);
+        }
+        // SAFETY: `blob` points at `len` readable bytes (len is bounded above).
+        let b = unsafe { std::slice::from_raw_parts(blob, len) };
+        let task = ep.connect(b)?;
+        // SAFETY: NULL or a writable u32.
+        if let Some(t) = unsafe { task_out.as_mut() } {
+            *t = task;
+        }
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// 1 if `task` is reached over shared memory, 2 over TCP; UNKNOWN_TASK.
+#[no_mangle]
+pub extern "C" fn doorbell_peer_path(ep: *const doorbell_endpoint, task: u32) -> c_int {
+    guard(|| Ok(endpoint(ep)?.peer_path(task)? as c_int))
+}
+
+/// Open another receive window; `*window_out` gets its number.
+/// INVALID_ARGUMENT once DOORBELL_MAX_WINDOWS are open.
+#[no_mangle]
+pub extern "C" fn doorbell_window_open(ep: *mut doorbell_endpoint, window_out: *mut u32) -> c_int {
+    guard(|| {
+        let ep = endpoint(ep)?;
+        // SAFETY: NULL or a writable u32.
+        let out = unsafe { window_out.as_mut() }.ok_or(Error::InvalidArgument)?;
+        *out = ep.window_open()?;
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// Send one message (up to max_message bytes) to (task, window).  Returns OK
+/// once the bytes are copied (ring, socket or the peer's backlog): the
+/// buffer is free at once.  Messages to one (task, window) arrive in order.
+/// Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST,
+/// NO_SHM_SPACE, NETWORK.
+#[no_mangle]
+pub extern "C" fn doorbell_send(
+    ep: *mut doorbell_endpoint,
+    task: u32,
+    window: u32,
+    tag: u8,
+    data: *const c_void,
+    len: usize,
+) -> c_int {
+    let iov = doorbell_iovec { base: data, len };
+    doorbell_sendv(ep, task, window, tag, &iov, 1)
+}
+
+/// Same as doorbell_send, gathering the message from `iovcnt` pieces.
+#[no_mangle]
+pub extern "C" fn doorbell_sendv(
+    ep: *mut doorbell_endpoint,
+    task: u32,
+    window: u32,
+    tag: u8,
+    iov: *const doorbell_iovec,
+    iovcnt: usize,
+) -> c_int {
+    guard(|| {
+        let ep = endpoint(ep)?;
+        if iovcnt > 1024 || (iov.is_null() && iovcnt > 0) {
+            return Err(Error::InvalidArgument);
+        }
+        // SAFETY: `iov` points at `iovcnt` entries (checked non-null above).
+        let iov = if iovcnt == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(iov, iovcnt) } };
+        let mut total: u64 = 0;
+        for v in iov {
+            total = total.saturating_add(v.len as u64);
+            if v.base.is_null() && v.len > 0 {
+                return Err(Error::InvalidArgument);
+            }
+        }
+        // Check before touching memory: (size_t)-1 must not become a slice.
+        if total > isize::MAX as u64 {
+            return Err(Error::BadLength);
+        }
+        let parts: Vec<&[u8]> = iov
+            .iter()
+            .filter(|v| v.len > 0)
+            // SAFETY: each entry points at `len` readable bytes (contract).
+            .map(|v| unsafe { std::slice::from_raw_parts(v.base as *const u8, v.len) })
+            .collect();
+        ep.send(task, window, tag, &parts)?;
+        Ok(DOORBELL_OK)
+    })
+}
+
+fn call_back(cb: doorbell_recv_fn, ctx: *mut c_void, window: u32) -> impl FnMut(u32, u8, &[u8]) {
+    move |task, tag, data| {
+        if let Some(f) = cb {
+            // SAFETY: the caller's callback and context, called as documented.
+            unsafe { f(ctx, task, window, tag, data.as_ptr(), data.len()) };
+        }
+    }
+}
+
+fn report(w: Woke, wake: *mut doorbell_wake) -> Result<c_int, Error> {
+    let (reason, task, ret) = match w {
+        Woke::Message(n) => (DOORBELL_WOKE_MESSAGE, 0, Ok(n.min(c_int::MAX as usize) as c_int)),
+        Woke::Notify => (DOORBELL_WOKE_NOTIFY, 0, Ok(0)),
+        Woke::Timeout => (DOORBELL_WOKE_TIMEOUT, 0, Ok(0)),
+        Woke::PeerLost(t) => (DOORBELL_WOKE_PEER_LOST, t, Err(Error::PeerLost)),
+    };
+    // SAFETY: NULL or a writable doorbell_wake.
+    if let Some(wk) = unsafe { wake.as_mut() } {
+        *wk = doorbell_wake { reason, task };
+    }
+    ret
+}
+
+/// Deliver what has arrived for `window` without sleeping, and push queued
+/// sends.  Returns the number of messages delivered, or PEER_LOST once per
+/// lost peer (wake->task tells which; `wake` may be NULL).
+#[no_mangle]
+pub extern "C" fn doorbell_progress(
+    ep: *mut doorbell_endpoint,
+    window: u32,
+    cb: doorbell_recv_fn,
+    ctx: *mut c_void,
+    wake: *mut doorbell_wake,
+) -> c_int {
+    guard(|| {
+        let ep = endpoint(ep)?;
+        let w = ep.progress(window, &mut call_back(cb, ctx, window))?;
+        report(w, wake)
+    })
+}
+
+/// Like progress, but if nothing is there wait (mode DOORBELL_WAIT_*) for a
+/// message, a notify, a lost peer or `timeout_us` (< 0: no limit), then
+/// deliver.  Returns messages delivered (0 with wake->reason NOTIFY or
+/// TIMEOUT), or PEER_LOST, UNKNOWN_WINDOW, INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn doorbell_wait(
+    ep: *mut doorbell_endpoint,
+    window: u32,
+    mode: u32,
+    timeout_us: i64,
+    cb: doorbell_recv_fn,
+    ctx: *mut c_void,
+    wake: *mut doorbell_wake,
+) -> c_int {
+    guard(|| {
+        let ep = endpoint(ep)?;
+        let mode = WaitMode::from_code(mode).ok_or(Error::InvalidArgument)?;
+        let timeout = (timeout_us >= 0).then(|| Duration::from_micros(timeout_us as u64));
+        let w = ep.wait(window, mode, timeout, &mut call_back(cb, ctx, window))?;
+        report(w, wake)
+    })
+}
+
+/// Wake (task, window) as if a packet had arrived: a futex wake if it
+/// sleeps, nothing (no syscall) if it is awake.  `task` may be this task.
+/// UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another node.
+#[no_mangle]
+pub extern "C" fn doorbell_local_notify(ep: *mut doorbell_endpoint, task: u32, window: u32) -> c_int {
+    guard(|| {
+        endpoint(ep)?.local_notify(task, window)?;
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// Push queued sends until none remain, or TIMED_OUT after `timeout_us`
+/// (< 0: no limit).
+#[no_mangle]
+pub extern "C" fn doorbell_flush(ep: *mut doorbell_endpoint, timeout_us: i64) -> c_int {
+    guard(|| {
+        let timeout = (timeout_us >= 0).then(|| Duration::from_micros(timeout_us as u64));
+        endpoint(ep)?.flush(timeout)?;
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// Copy the endpoint's counters into `*out`.
+#[no_mangle]
+pub extern "C" fn doorbell_counters_get(ep: *const doorbell_endpoint, out: *mut doorbell_counters) -> c_int {
+    guard(|| {
+        let ep = endpoint(ep)?;
+        // SAFETY: NULL or a writable doorbell_counters.
+        let out = unsafe { out.as_mut() }.ok_or(Error::InvalidArgument)?;
+        *out = ep.counters();
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// A static, NUL-terminated description of a status code; never NULL.
+#[no_mangle]
+pub extern "C" fn doorbell_error_string(code: c_int) -> *const c_char {
+    const MESSAGES: [&CStr; 15] = [
+        c"success",
+        c"invalid argument (null pointer or bad configuration value)",
+        c"unknown window: not open at the receiver",
+        c"unknown task: never connected",
+        c"bad length: larger than max_message",
+        c"malformed or foreign address blob",
+        c"send backlog full: progress, then retry",
+        c"timed out",
+        c"peer task lost (exited, killed or hung up)",
+        c"no space left in the shared-memory directory",
+        c"shared-memory failure",
+        c"network failure",
+        c"no network interface matches if_include/if_exclude",
+        c"buffer too small",
+        c"internal error (a bug; please report)",
+    ];
+    let i = if code > 0 { 0 } else { code.unsigned_abs() as usize };
+    MESSAGES.get(i).copied().unwrap_or(c"unknown status code").as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_strings_match_the_rust_messages() {
+        for e in crate::error::ALL {
+            // SAFETY: doorbell_error_string returns a static C string.
+            let s = unsafe { CStr::from_ptr(doorbell_error_string(e.code())) };
+            assert_eq!(s.to_str().unwrap(), e.message());
+        }
+        // SAFETY: as above.
+        assert_eq!(unsafe { CStr::from_ptr(doorbell_error_string(-999)) }.to_str().unwrap(), "unknown status code");
+    }
+}

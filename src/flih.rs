@@ -1,0 +1,53 @@
+//! The FLIH: one epoll thread per process.  It watches the listener, every
+//! TCP connection and the pidfds of same-host peers, and turns readiness
+//! into window wake-ups (the SLIH, `Inner::wake_own`).  It never runs user
+//! callbacks.
+
+use crate::endpoint::{lock, Inner, PID_BIT, TOKEN_LISTENER, TOKEN_SHUTDOWN};
+use crate::sys;
+use crate::tcp::{Conn, NO_TASK};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+pub(crate) fn run(inner: &Inner) {
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
+    loop {
+        let n = match sys::epoll_wait(inner.epoll.as_raw_fd(), &mut events, -1) {
+            Ok(n) => n,
+            Err(_) => return,
+        };
+        for ev in &events[..n] {
+            let (token, bits) = (ev.u64, ev.events);
+            match token {
+                TOKEN_SHUTDOWN => return,
+                TOKEN_LISTENER => accept_all(inner),
+                t if t & PID_BIT != 0 => inner.peer_exited((t & !PID_BIT) as u32),
+                t => {
+                    let Some(conn) = lock(&inner.conns).get(&t).cloned() else { continue };
+                    let readable = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP) as u32;
+                    if bits & readable != 0 {
+                        inner.conn_readable(&conn);
+                    }
+                    if bits & libc::EPOLLOUT as u32 != 0 {
+                        // The socket drained: push what senders queued.
+                        let _ = conn.flush();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Accept every pending connection.  It stays anonymous until its hello
+/// arrives; a stranger's garbage is dropped by `conn_readable`.
+fn accept_all(inner: &Inner) {
+    while let Ok((stream, _)) = inner.listener.accept() {
+        let token = inner.new_token();
+        let Ok(conn) = Conn::new(stream, token, NO_TASK, false) else { continue };
+        let conn = Arc::new(conn);
+        lock(&inner.conns).insert(token, conn.clone());
+        if inner.epoll_conn(&conn).is_err() {
+            lock(&inner.conns).remove(&token);
+        }
+    }
+}

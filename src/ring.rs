@@ -1,0 +1,505 @@
+//! The single-producer single-consumer byte ring of one (sender, receiver,
+//! window) triple, in its own shared-memory segment.
+//!
+//! ```text
+//! offset 0    RingHeader (256 B: identity, then tail, head and
+//!             producer_waiting on cache lines of their own)
+//! offset 256  data[capacity]   records, each 16-B aligned:
+//!             Record { len, total, tag, flags } + payload (padded to 16)
+//! ```
+//!
+//! `tail` and `head` are byte positions that only grow; `pos % capacity` is
+//! the offset in `data`.  A record never wraps: a PAD record fills the end.
+//! A message that does not fit goes as a FIRST chunk, middle chunks, and a
+//! LAST chunk; a small message is kept whole so the receiver reads it in
+//! place.  All atomics of the ring are here:
+//!
+//! - SYNC POINT R1: producer writes record + payload, then `tail` (Release);
+//!   consumer loads `tail` (Acquire), then reads them.
+//! - SYNC POINT R2: consumer is done reading, then `head` (Release); producer
+//!   loads `head` (Acquire) before reusing those bytes.
+//! - SYNC POINT R3 (backpressure wake-up, a Dekker pair like bell.rs):
+//!   producer sets `producer_waiting`, SeqCst fence, re-reads `head`;
+//!   consumer stores `head`, SeqCst fence, reads `producer_waiting`.
+
+use crate::error::{Error, Result};
+use crate::shm::{ring_name, Segment, ShmSafe};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"DBRING\0\0");
+pub const RING_VERSION: u32 = 1;
+pub const HEADER_BYTES: usize = 256;
+const REC: u64 = 16;
+/// A large message is not cut into chunks smaller than this.
+const MIN_CHUNK: u64 = 256;
+
+const FIRST: u8 = 1;
+const LAST: u8 = 2;
+const PAD: u8 = 4;
+
+#[repr(C)]
+pub struct RingHeader {
+    pub magic: u64,
+    /// Written last by the producer (Release); 0 means "still initialising".
+    pub version: AtomicU32,
+    pub capacity: u32,
+    pub producer_pid: u32,
+    pub producer_task: u32,
+    pub consumer_task: u32,
+    pub window: u32,
+    _pad0: [u8; 32],
+    /// Bytes ever written (producer's line).
+    pub tail: AtomicU64,
+    _pad1: [u8; 56],
+    /// Bytes ever consumed (consumer's line).
+    pub head: AtomicU64,
+    _pad2: [u8; 56],
+    /// 1 while the producer has bytes queued that did not fit.
+    pub producer_waiting: AtomicU32,
+    _pad3: [u8; 60],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Record {
+    /// Payload bytes in this record.
+    len: u32,
+    /// Whole message length (FIRST records).
+    total: u32,
+    tag: u8,
+    flags: u8,
+    _pad: [u8; 6],
+}
+
+// SAFETY: repr(C), integers and atomics only, all-zero is valid.
+unsafe impl ShmSafe for RingHeader {}
+
+const _: () = assert!(std::mem::size_of::<RingHeader>() == HEADER_BYTES);
+const _: () = assert!(std::mem::offset_of!(RingHeader, tail) == 64);
+const _: () = assert!(std::mem::offset_of!(RingHeader, head) == 128);
+const _: () = assert!(std::mem::offset_of!(RingHeader, producer_waiting) == 192);
+const _: () = assert!(std::mem::size_of::<Record>() == REC as usize);
+
+fn align16(n: u64) -> u64 {
+    (n + 15) & !15
+}
+
+/// A message gathered from pieces (header + payload, an iovec list).
+/// The pieces may start part-way into the message: they hold bytes
+/// `base..total` (the rest of a message whose head is already sent).
+pub struct Gather<'a> {
+    parts: &'a [&'a [u8]],
+    base: u64,
+    total: u64,
+}
+
+impl<'a> Gather<'a> {
+    pub fn new(parts: &'a [&'a [u8]]) -> Self {
+        Gather { parts, base: 0, total: parts.iter().map(|p| p.len() as u64).sum() }
+    }
+
+    pub fn with_base(parts: &'a [&'a [u8]], base: u64, total: u64) -> Self {
+        debug_assert_eq!(base + parts.iter().map(|p| p.len() as u64).sum::<u64>(), total);
+        Gather { parts, base, total }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.total
+    }
+
+    /// Copy `len` bytes starting at message offset `from` to `dst`.
+    /// SAFETY (caller): `dst` is valid for `len` writes.
+    unsafe fn copy_to(&self, mut dst: *mut u8, from: u64, mut len: u64) {
+        let mut from = from - self.base;
+        for p in self.parts {
+            if len == 0 {
+                break;
+            }
+            let plen = p.len() as u64;
+            if from >= plen {
+                from -= plen;
+                continue;
+            }
+            let n = (plen - from).min(len);
+            std::ptr::copy_nonoverlapping(p.as_ptr().add(from as usize), dst, n as usize);
+            dst = dst.add(n as usize);
+            len -= n;
+            from = 0;
+        }
+    }
+
+    /// The bytes from `from` on, owned.
+    pub fn to_vec_from(&self, from: u64) -> Vec<u8> {
+        let n = (self.total - from) as usize;
+        // copy_to takes absolute offsets.
+        let mut v = Vec::with_capacity(n);
+        // SAFETY: `v` has capacity n; copy_to writes exactly n bytes.
+        unsafe {
+            self.copy_to(v.as_mut_ptr(), from, n as u64);
+            v.set_len(n);
+        }
+        v
+    }
+}
+
+pub struct Producer {
+    seg: Segment,
+    cap: u64,
+    tail: u64,
+    head_cache: u64,
+}
+
+impl Producer {
+    /// Create the ring segment from `src` to (`dst`, `window`).
+    pub fn create(dir: &str, job: &str, src: u32, dst: u32, window: u32, capacity: u32) -> Result<Producer> {
+        let seg = Segment::create(dir, &ring_name(job, src, dst, window), HEADER_BYTES + capacity as usize)?;
+        // SAFETY: the segment is new and not yet announced to anyone; these
+        // plain writes are published by the Release store of `version`.
+        unsafe {
+            let h = seg.base() as *mut RingHeader;
+            (*h).magic = RING_MAGIC;
+            (*h).capacity = capacity;
+            (*h).producer_pid = std::process::id();
+            (*h).producer_task = src;
+            (*h).consumer_task = dst;
+            (*h).window = window;
+        }
+        let p = Producer { seg, cap: capacity as u64, tail: 0, head_cache: 0 };
+        p.hdr().version.store(RING_VERSION, Ordering::Release);
+        Ok(p)
+    }
+
+    fn hdr(&self) -> &RingHeader {
+        self.seg.at(0)
+    }
+
+    fn data(&self) -> *mut u8 {
+        // SAFETY: the segment is HEADER_BYTES + cap long.
+        unsafe { self.seg.base().add(HEADER_BYTES) }
+    }
+
+    fn free(&mut self, need: u64) -> u64 {
+        if self.cap - (self.tail - self.head_cache) < need {
+            // SYNC POINT R2 (producer side).
+            self.head_cache = self.hdr().head.load(Ordering::Acquire);
+        }
+        self.cap - (self.tail - self.head_cache)
+    }
+
+    /// SAFETY (caller): `pos + REC + len` is within the data area and the
+    /// consumer has released those bytes (head accounting checked by caller).
+    unsafe fn put(&mut self, rec: Record, msg: Option<(&Gather, u64)>) -> u64 {
+        let pos = self.tail % self.cap;
+        let at = self.data().add(pos as usize);
+        std::ptr::write(at as *mut Record, rec);
+        if let Some((g, from)) = msg {
+            g.copy_to(at.add(REC as usize), from, rec.len as u64);
+        }
+        let size = if rec.flags & PAD != 0 { self.cap - pos } else { REC + align16(rec.len as u64) };
+        self.tail += size;
+        // SYNC POINT R1 (producer side): the record is complete.
+        self.hdr().tail.store(self.tail, Ordering::Release);
+        size
+    }
+
+    /// Write as much of `msg`, from `*offset`, as fits now.  Returns true
+    /// once the whole message is in the ring.
+    pub fn write(&mut self, tag: u8, msg: &Gather, offset: &mut u64) -> bool {
+        let total = msg.len();
+        loop {
+            let remaining = total - *offset;
+            let pos = self.tail % self.cap;
+            let to_end = self.cap - pos;
+            let whole = REC + align16(remaining);
+            let free = self.free(whole.min(self.cap));
+            let first = if *offset == 0 { FIRST } else { 0 };
+            let rec = |len: u64, flags: u8| Record {
+                len: len as u32,
+                total: total as u32,
+                tag,
+                flags,
+                _pad: [0; 6],
+            };
+            if whole <= to_end && whole <= free {
+                // SAFETY: whole <= to_end keeps it in the data area; whole <= free
+                // means the consumer released those bytes.
+                unsafe { self.put(rec(remaining, first | LAST), Some((msg, *offset))) };
+                *offset = total;
+                return true;
+            }
+            if *offset == 0 && whole <= self.cap / 4 {
+                // Small: keep it in one piece; pad to the end if it fits after.
+                if free >= to_end + whole {
+                    // SAFETY: to_end <= free, a PAD header fits (positions are 16-aligned).
+                    unsafe { self.put(rec(0, PAD), None) };
+                    continue;
+                }
+                return false;
+            }
+            let room = free.min(to_end);
+            if room < REC + MIN_CHUNK {
+                if to_end < REC + MIN_CHUNK && free > to_end {
+                    // SAFETY: as above.
+                    unsafe { self.put(rec(0, PAD), None) };
+                    continue;
+                }
+                return false;
+            }
+            let chunk = remaining.min((room - REC) & !15);
+            let last = if *offset + chunk == total { LAST } else { 0 };
+            // SAFETY: REC + align16(chunk) <= room <= to_end and <= free.
+            unsafe { self.put(rec(chunk, first | last), Some((msg, *offset))) };
+            *offset += chunk;
+            if last != 0 {
+                return true;
+            }
+        }
+    }
+
+    /// Ask the consumer to ring us when it frees space.  Returns true if
+    /// space appeared meanwhile (then write again instead of sleeping).
+    pub fn set_waiting(&mut self) -> bool {
+        let h = self.hdr();
+        h.producer_waiting.store(1, Ordering::SeqCst);
+        // SYNC POINT R3 (producer side).
+        fence(Ordering::SeqCst);
+        let head = h.head.load(Ordering::Acquire);
+        let moved = head != self.head_cache;
+        self.head_cache = head;
+        moved
+    }
+
+    /// Bytes written and not yet consumed.
+    pub fn unread(&self) -> u64 {
+        self.tail - self.hdr().head.load(Ordering::Acquire)
+    }
+
+    pub fn segment_mut(&mut self) -> &mut Segment {
+        &mut self.seg
+    }
+}
+
+pub struct Consumer {
+    seg: Segment,
+    cap: u64,
+    head: u64,
+    max_message: u64,
+    assembling: Option<(u8, u32, Vec<u8>)>,
+    pub src: u32,
+}
+
+impl Consumer {
+    /// Map the ring from `src` to (`dst`, `window`) and unlink its file: from
+    /// now on only the two mappings keep it alive.
+    pub fn open(dir: &str, job: &str, src: u32, dst: u32, window: u32, max_message: u64) -> Result<Consumer> {
+        let mut seg = Segment::open(dir, &ring_name(job, src, dst, window), HEADER_BYTES)?;
+        seg.unlink();
+        let h: &RingHeader = seg.at(0);
+        let cap = h.capacity as u64;
+        // SYNC POINT (version, reader side): the header fields are published.
+        let ok = h.version.load(Ordering::Acquire) == RING_VERSION
+            && h.magic == RING_MAGIC
+            && cap.is_power_of_two()
+            && cap >= 4096
+            && seg.len() as u64 >= HEADER_BYTES as u64 + cap
+            && h.producer_task == src
+            && h.consumer_task == dst;
+        if !ok {
+            return Err(Error::Shm);
+        }
+        let head = h.head.load(Ordering::Acquire);
+        Ok(Consumer { seg, cap, head, max_message, assembling: None, src })
+    }
+
+    fn hdr(&self) -> &RingHeader {
+        self.seg.at(0)
+    }
+
+    pub fn producer_pid(&self) -> u32 {
+        self.hdr().producer_pid
+    }
+
+    /// Anything unread?  (Used for the re-check after arming.)
+    pub fn has_data(&self) -> bool {
+        self.hdr().tail.load(Ordering::Acquire) != self.head
+    }
+
+    /// Deliver up to `budget` complete messages.  A record that breaks the
+    /// format (a corrupt or hostile producer) is an error; nothing is
+    /// read outside the ring.
+    pub fn poll(&mut self, budget: usize, deliver: &mut dyn FnMut(u8, &[u8])) -> Result<usize> {
+        // SYNC POINT R1 (consumer side).
+        let tail = self.hdr().tail.load(Ordering::Acquire);
+        let mut n = 0;
+        while self.head != tail && n < budget {
+            let avail = tail.wrapping_sub(self.head);
+            let pos = self.head % self.cap;
+            if avail > self.cap || avail < REC || pos % 16 != 0 {
+                return Err(Error::Shm);
+            }
+            // SAFETY: pos + REC <= cap (pos is 16-aligned, cap a power of two
+            // >= 4096), and R1 made the record visible.
+            let at = unsafe { self.seg.base().add(HEADER_BYTES + pos as usize) };
+            // SAFETY: as above; read_volatile because the bytes are shared.
+            let rec: Record = unsafe { std::ptr::read_volatile(at as *const Record) };
+            let size = if rec.flags & PAD != 0 { self.cap - pos } else { REC + align16(rec.len as u64) };
+            if pos + size > self.cap || size > avail {
+                return Err(Error::Shm);
+            }
+            if rec.flags & PAD == 0 {
+                // SAFETY: REC + len <= size and pos + size <= cap: in the data area.
+                let payload = unsafe { std::slice::from_raw_parts(at.add(REC as usize), rec.len as usize) };
+                match (rec.flags & (FIRST | LAST), self.assembling.take()) {
+                    (f, None) if f == FIRST | LAST => {
+                        deliver(rec.tag, payload);
+                        n += 1;
+                    }
+                    (FIRST, None) if (rec.total as u64) <= self.max_message => {
+                        let mut v = Vec::with_capacity(rec.total as usize);
+                        v.extend_from_slice(payload);
+                        self.assembling = Some((rec.tag, rec.total, v));
+                    }
+                    (f, Some((tag, total, mut v))) if f == 0 || f == LAST => {
+                        v.extend_from_slice(payload);
+                        if v.len() as u64 > total as u64 {
+                            return Err(Error::Shm);
+                        }
+                        if f == LAST {
+                            if v.len() != total as usize {
+                                return Err(Error::Shm);
+                            }
+                            deliver(tag, &v);
+                            n += 1;
+                        } else {
+                            self.assembling = Some((tag, total, v));
+                        }
+                    }
+                    _ => return Err(Error::Shm),
+                }
+            }
+            self.head += size;
+            // SYNC POINT R2 (consumer side): done with those bytes.
+            self.hdr().head.store(self.head, Ordering::Release);
+        }
+        Ok(n)
+    }
+
+    /// After consuming: did the producer ask to be rung?  (Clears the flag.)
+    pub fn take_producer_waiting(&self) -> bool {
+        // SYNC POINT R3 (consumer side).
+        fence(Ordering::SeqCst);
+        let w = &self.hdr().producer_waiting;
+        w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::AcqRel) != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(tag: &str, cap: u32) -> (Producer, Consumer) {
+        let job = format!("ut-{}-{}", tag, std::process::id());
+        let p = Producer::create("/dev/shm", &job, 1, 2, 0, cap).unwrap();
+        let c = Consumer::open("/dev/shm", &job, 1, 2, 0, 1 << 30).unwrap();
+        (p, c)
+    }
+
+    fn pattern(seed: u64, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8).collect()
+    }
+
+    fn drain(c: &mut Consumer) -> Vec<(u8, Vec<u8>)> {
+        let mut got = vec![];
+        c.poll(usize::MAX, &mut |t, d| got.push((t, d.to_vec()))).unwrap();
+        got
+    }
+
+    #[test]
+    fn small_messages_wrap_around_many_times() {
+        let (mut p, mut c) = pair("wrap", 4096);
+        let mut expect = 0u64;
+        for i in 0..20_000u64 {
+            let m = pattern(i, (i % 300) as usize);
+            let parts = [&m[..]];
+            let g = Gather::new(&parts);
+            let mut off = 0;
+            while !p.write((i % 256) as u8, &g, &mut off) {
+                for (t, d) in drain(&mut c) {
+                    assert_eq!(t as u64, expect % 256);
+                    assert_eq!(d, pattern(expect, (expect % 300) as usize));
+                    expect += 1;
+                }
+            }
+        }
+        for (_, d) in drain(&mut c) {
+            assert_eq!(d, pattern(expect, (expect % 300) as usize));
+            expect += 1;
+        }
+        assert_eq!(expect, 20_000);
+        assert!(p.tail > 50 * 4096, "the ring wrapped many times");
+    }
+
+    #[test]
+    fn large_messages_stream_in_chunks() {
+        let (mut p, mut c) = pair("chunk", 8192);
+        let sizes = [0usize, 1, 3000, 8192, 100_000, 1 << 20, 7];
+        let msgs: Vec<_> = sizes.iter().enumerate().map(|(i, &n)| pattern(i as u64, n)).collect();
+        let mut got = vec![];
+        for m in &msgs {
+            let a = &m[..5.min(m.len())];
+            let b = &m[5.min(m.len())..];
+            let parts = [a, b];
+            let g = Gather::new(&parts);
+            let mut off = 0;
+            let mut rounds = 0;
+            while !p.write(9, &g, &mut off) {
+                got.extend(drain(&mut c));
+                rounds += 1;
+            }
+            if m.len() > 8192 {
+                assert!(rounds > 0, "a message larger than the ring needs several rounds");
+            }
+        }
+        got.extend(drain(&mut c));
+        assert_eq!(got.len(), msgs.len());
+        for (g, m) in got.iter().zip(&msgs) {
+            assert_eq!(g.0, 9);
+            assert_eq!(&g.1, m);
+        }
+    }
+
+    #[test]
+    fn full_ring_applies_backpressure_and_wakes_producer() {
+        let (mut p, mut c) = pair("full", 4096);
+        let m = vec![1u8; 900];
+        let parts = [&m[..]];
+        let g = Gather::new(&parts);
+        let mut written = 0;
+        loop {
+            let mut off = 0;
+            if !p.write(1, &g, &mut off) {
+                break;
+            }
+            written += 1;
+        }
+        assert_eq!(written, 4, "4 x (16 + 912) fit in 4096");
+        assert!(!p.set_waiting(), "nothing consumed yet");
+        assert_eq!(drain(&mut c).len(), 4);
+        assert!(c.take_producer_waiting());
+        assert!(!c.take_producer_waiting(), "the flag is taken once");
+        let mut off = 0;
+        assert!(p.write(1, &g, &mut off));
+    }
+
+    #[test]
+    fn corrupt_record_is_an_error_not_a_crash() {
+        let (mut p, mut c) = pair("bad", 4096);
+        let m = [1u8; 10];
+        let parts = [&m[..]];
+        let mut off = 0;
+        assert!(p.write(1, &Gather::new(&parts), &mut off));
+        // SAFETY: test-only: scribble a huge length over the record just written.
+        unsafe { std::ptr::write(p.data() as *mut u32, 1 << 30) };
+        assert_eq!(c.poll(10, &mut |_, _| panic!("must not deliver")), Err(Error::Shm));
+    }
+}

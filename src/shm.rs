@@ -1,0 +1,139 @@
+//! Shared-memory segments: a file in the shm directory, mapped MAP_SHARED.
+//!
+//! A segment owns its mapping and knows whether it must unlink its file
+//! when dropped.  Layout types placed in a segment implement `ShmSafe`.
+
+use crate::error::{Error, Result};
+use memmap2::MmapMut;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+
+/// Marker for types that may live in shared memory.
+///
+/// # Safety
+/// Implementors are `#[repr(C)]`, contain no pointers, references or file
+/// descriptors, are valid for the all-zero bit pattern, and only use atomics
+/// (or plain data written before a Release publish) for shared fields.
+pub unsafe trait ShmSafe {}
+
+/// File name prefix of everything doorbell puts in the shm directory.
+pub const PREFIX: &str = "doorbell-";
+
+pub struct Segment {
+    map: MmapMut,
+    path: PathBuf,
+    unlink_on_drop: bool,
+}
+
+impl Segment {
+    /// Create `dir/name` (mode 0600, exclusive), reserve `len` bytes.
+    /// A stale file of the same name (a crashed earlier job) is replaced.
+    pub fn create(dir: &str, name: &str, len: usize) -> Result<Segment> {
+        let path = PathBuf::from(dir).join(name);
+        let open = || {
+            OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path)
+        };
+        let file = match open() {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let _ = std::fs::remove_file(&path);
+                open().map_err(Error::shm)?
+            }
+            Err(e) => return Err(Error::shm(e)),
+        };
+        // From here on every error path unlinks the file.
+        let made = (|| {
+            crate::sys::fallocate(file.as_raw_fd(), len as u64).map_err(Error::shm)?;
+            map(&file)
+        })();
+        match made {
+            Ok(map) => Ok(Segment { map, path, unlink_on_drop: true }),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Map an existing segment of at least `min_len` bytes.
+    pub fn open(dir: &str, name: &str, min_len: usize) -> Result<Segment> {
+        let path = PathBuf::from(dir).join(name);
+        let file = OpenOptions::new().read(true).write(true).open(&path).map_err(Error::shm)?;
+        let len = file.metadata().map_err(Error::shm)?.len();
+        if len < min_len as u64 {
+            return Err(Error::Shm);
+        }
+        Ok(Segment { map: map(&file)?, path, unlink_on_drop: false })
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn base(&self) -> *mut u8 {
+        self.map.as_ptr() as *mut u8
+    }
+
+    /// A reference to a `T` at `offset`.
+    pub fn at<T: ShmSafe>(&self, offset: usize) -> &T {
+        assert!(offset + std::mem::size_of::<T>() <= self.map.len());
+        assert_eq!((self.base() as usize + offset) % std::mem::align_of::<T>(), 0);
+        // SAFETY: in bounds and aligned (checked above); T is ShmSafe, so any
+        // bit pattern the peer left is a valid T and shared fields are atomics.
+        unsafe { &*(self.base().add(offset) as *const T) }
+    }
+
+    /// Remove the file now (the mapping stays valid); idempotent.
+    pub fn unlink(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        self.unlink_on_drop = false;
+    }
+
+    pub fn set_unlink_on_drop(&mut self, yes: bool) {
+        self.unlink_on_drop = yes;
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if self.unlink_on_drop {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn map(file: &File) -> Result<MmapMut> {
+    // SAFETY: the file is a doorbell segment; other processes only change it
+    // through the atomics and the ring protocol, never by truncating it.
+    unsafe { MmapMut::map_mut(file) }.map_err(Error::shm)
+}
+
+/// Remove every file of `job` that names `task` (its control segment and the
+/// rings to and from it); used when that task died without cleaning up.
+pub fn unlink_task_files(dir: &str, job: &str, task: u32) {
+    let own = control_name(job, task);
+    let from = format!("{PREFIX}{job}-r{task}-");
+    let to = format!("-{task}-w");
+    let ring_prefix = format!("{PREFIX}{job}-r");
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for entry in rd.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let hit = *name == own
+            || name.starts_with(&from)
+            || (name.starts_with(&ring_prefix) && name.contains(&to));
+        if hit {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+pub fn control_name(job: &str, task: u32) -> String {
+    format!("{PREFIX}{job}-c{task}")
+}
+
+pub fn ring_name(job: &str, src: u32, dst: u32, window: u32) -> String {
+    format!("{PREFIX}{job}-r{src}-{dst}-w{window}")
+}

@@ -1,0 +1,166 @@
+//! The one corner that makes raw syscalls.  Everything returns io::Result
+//! (or nothing, where failure only means "go around the loop again").
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// Turns a -1 return into the errno as an io::Error.
+macro_rules! syscall {
+    ($e:expr) => {{
+        let r = $e;
+        if r == -1 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    }};
+}
+
+/// Sleep while `*word == expected`, shared between processes (not PRIVATE:
+/// the word lives in a MAP_SHARED file mapping).  Returns on wake, timeout,
+/// signal or a changed word; the caller re-checks state in every case.
+pub fn futex_wait_shared(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` is a live, aligned u32 for the whole call; the kernel only
+    // reads it; `tsp` is null or points at `ts`, alive until the call returns.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, tsp);
+    }
+}
+
+/// Wake every sleeper on `word`.
+pub fn futex_wake_shared(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key; `word` is live.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+/// A pollable fd that becomes readable when process `pid` exits.
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with integer arguments.
+    let fd = syscall!(unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) })?;
+    // SAFETY: the kernel just returned this fd to us; nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+pub fn epoll_create() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall.
+    let fd = syscall!(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+    // SAFETY: fresh fd, owned by us alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+pub fn epoll_add(ep: RawFd, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+    let mut ev = libc::epoll_event { events, u64: token };
+    // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+    syscall!(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+    Ok(())
+}
+
+pub fn epoll_del(ep: RawFd, fd: RawFd) {
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
+    // SAFETY: as above; failure (fd already gone) is harmless.
+    unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_DEL, fd, &mut ev) };
+}
+
+/// Wait for events; EINTR counts as "no events".
+pub fn epoll_wait(ep: RawFd, out: &mut [libc::epoll_event], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: `out` is a writable buffer of `out.len()` events.
+    let n = unsafe { libc::epoll_wait(ep, out.as_mut_ptr(), out.len() as i32, timeout_ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted { Ok(0) } else { Err(e) };
+    }
+    Ok(n as usize)
+}
+
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall.
+    let fd = syscall!(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+    // SAFETY: fresh fd, owned by us alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+pub fn eventfd_signal(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64.
+    unsafe { libc::write(fd, &one as *const u64 as *const libc::c_void, 8) };
+}
+
+/// Reserve the file's blocks now, so a full tmpfs is an error here and not
+/// a SIGBUS on first touch of the mapping.
+pub fn fallocate(fd: RawFd, len: u64) -> io::Result<()> {
+    // SAFETY: plain syscall on an fd we own.
+    let r = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    Ok(())
+}
+
+/// Monotonic clock in nanoseconds.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes into the local timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// IPv4 addresses of interfaces that are up: (name, address, is_loopback).
+pub fn ipv4_interfaces() -> io::Result<Vec<(String, std::net::Ipv4Addr, bool)>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below.
+    syscall!(unsafe { libc::getifaddrs(&mut head) })?;
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, alive until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_flags & libc::IFF_UP as u32 == 0 {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null and points at a sockaddr of its family.
+        let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+        if fam != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: family is AF_INET, so it is a sockaddr_in; ifa_name is a C string.
+        let (sin, name) = unsafe {
+            (&*(ifa.ifa_addr as *const libc::sockaddr_in), std::ffi::CStr::from_ptr(ifa.ifa_name))
+        };
+        let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+        let lo = ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0;
+        out.push((name.to_string_lossy().into_owned(), ip, lo));
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// sendmsg with MSG_NOSIGNAL: a hung-up peer is an EPIPE error, never a SIGPIPE
+/// in the host program.
+pub fn send_nosignal(fd: RawFd, parts: &[std::io::IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: msghdr points at `parts`, which IoSlice guarantees is laid out as iovec.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = parts.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = parts.len().min(libc::UIO_MAXIOV as usize) as _;
+    loop {
+        // SAFETY: `msg` describes live buffers for the call's duration.
+        let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! One TCP connection: its receive parser (hello, then frames) and its send
+//! queue.  The FLIH thread reads; any thread may send; EPOLLOUT drains.
+
+use crate::error::{Error, Result};
+use crate::frame::{self, FrameHeader, FRAME_HEADER, HELLO_BYTES};
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Mutex;
+
+pub const NO_TASK: u32 = u32::MAX;
+const STAGE: usize = 64 * 1024;
+
+pub struct Conn {
+    pub stream: TcpStream,
+    pub token: u64,
+    /// The peer's task once its hello arrived (or at once for our own connects).
+    pub task: AtomicU32,
+    pub dead: AtomicBool,
+    rx: Mutex<Rx>,
+    tx: Mutex<Tx>,
+}
+
+struct Rx {
+    greeted: bool,
+    stage: Vec<u8>,
+    start: usize,
+    end: usize,
+    body: Option<(FrameHeader, Vec<u8>)>,
+}
+
+#[derive(Default)]
+struct Tx {
+    queue: VecDeque<Vec<u8>>,
+    /// Bytes of queue.front() already sent.
+    front_sent: usize,
+    queued: u64,
+}
+
+/// What the parser found.
+pub enum RxEvent {
+    Hello(u32),
+    Frame { window: u32, tag: u8, data: Vec<u8> },
+    Goodbye,
+}
+
+/// Why reading stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RxEnd {
+    /// Drained to EWOULDBLOCK; the connection lives on.
+    Drained,
+    /// EOF or a socket error.
+    Closed,
+    /// The first bytes were not a valid hello for our job.
+    Stranger,
+    /// A frame header we could not have sent.
+    Garbage,
+}
+
+impl Conn {
+    /// `greeted`: true for connections we opened (we sent the hello).
+    pub fn new(stream: TcpStream, token: u64, task: u32, greeted: bool) -> io::Result<Conn> {
+        stream.set_nonblocking(true)?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream,
+            token,
+            task: AtomicU32::new(task),
+            dead: AtomicBool::new(false),
+            rx: Mutex::new(Rx { greeted, stage: vec![0; STAGE], start: 0, end: 0, body: None }),
+            tx: Mutex::new(Tx::default()),
+        })
+    }
+
+    pub fn task(&self) -> u32 {
+        self.task.load(Ordering::Acquire)
+    }
+
+    /// Read everything available and hand each event to `on`.
+    pub fn read_ready(&self, job_hash: u64, max_tasks: u32, max_message: u64, on: &mut dyn FnMut(RxEvent)) -> RxEnd {
+        let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(end) = rx.parse(job_hash, max_tasks, max_message, on) {
+                return end;
+            }
+            let r = rx.fill(&self.stream);
+            match r {
+                Ok(0) => return RxEnd::Closed,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return RxEnd::Drained,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return RxEnd::Closed,
+            }
+        }
+    }
+
+    /// Send one frame.  Writes what the socket takes now; the rest is copied
+    /// to the queue that `flush` (EPOLLOUT, progress) drains, in order.
+    pub fn send(&self, hdr: FrameHeader, parts: &[&[u8]], max_backlog: u64) -> Result<()> {
+        if self.dead.load(Ordering::Acquire) {
+            return Err(Error::PeerLost);
+        }
+        let head = hdr.encode();
+        let total = FRAME_HEADER + parts.iter().map(|p| p.len()).sum::<usize>();
+        let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        if !tx.queue.is_empty() {
+            if tx.queued + total as u64 > max_backlog {
+                return Err(Error::WouldBlock);
+            }
+            let mut v = Vec::with_capacity(total);
+            v.extend_from_slice(&head);
+            parts.iter().for_each(|p| v.extend_from_slice(p));
+            tx.queued += total as u64;
+            tx.queue.push_back(v);
+            return self.flush_locked(&mut tx).map(|_| ());
+        }
+        let mut slices: Vec<IoSlice> = Vec::with_capacity(parts.len() + 1);
+        slices.push(IoSlice::new(&head));
+        slices.extend(parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)));
+        let mut sent = 0usize;
+        while sent < total {
+            match crate::sys::send_nosignal(self.stream.as_raw_fd(), &slices) {
+                Ok(n) => {
+                    sent += n;
+                    advance(&mut slices, n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    self.dead.store(true, Ordering::Release);
+                    return Err(Error::PeerLost);
+                }
+            }
+        }
+        if sent < total {
+            let mut v = Vec::with_capacity(total - sent);
+            slices.iter().for_each(|s| v.extend_from_slice(s));
+            tx.queued += v.len() as u64;
+            tx.queue.push_back(v);
+        }
+        Ok(())
+    }
+
+    /// Write queued bytes until the socket is full.  Ok(true): queue empty.
+    pub fn flush(&self) -> Result<bool> {
+        let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        self.flush_locked(&mut tx)
+    }
+
+    fn flush_locked(&self, tx: &mut Tx) -> Result<bool> {
+        while let Some(front) = tx.queue.front() {
+            let rest = &front[tx.front_sent..];
+            match crate::sys::send_nosignal(self.stream.as_raw_fd(), &[IoSlice::new(rest)]) {
+                Ok(n) => {
+                    tx.front_sent += n;
+                    if tx.front_sent == front.len() {
+                        tx.queued -= front.len() as u64;
+                        tx.queue.pop_front();
+                        tx.front_sent = 0;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.dead.store(true, Ordering::Release);
+                    return Err(Error::PeerLost);
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Drop the first `n` bytes from a list of slices.
+fn advance(slices: &mut Vec<IoSlice<'_>>, mut n: usize) {
+    let mut drop = 0;
+    for s in slices.iter() {
+        if n >= s.len() {
+            n -= s.len();
+            drop += 1;
+        } else {
+            break;
+        }
+    }
+    slices.drain(..drop);
+    if n > 0 {
+        if let Some(first) = slices.first_mut() {
+            first.advance(n);
+        }
+    }
+}
+
+impl Rx {
+    /// Parse staged bytes; Some(end) on a fatal input, None when more bytes are needed.
+    fn parse(&mut self, job_hash: u64, max_tasks: u32, max_message: u64, on: &mut dyn FnMut(RxEvent)) -> Option<RxEnd> {
+        loop {
+            let staged = self.end - self.start;
+            if !self.greeted {
+                if staged < HELLO_BYTES {
+                    return None;
+                }
+                let h: [u8; HELLO_BYTES] = self.stage[self.start..self.start + HELLO_BYTES].try_into().unwrap();
+                self.start += HELLO_BYTES;
+                match frame::parse_hello(&h, job_hash, max_tasks) {
+                    Some(task) => {
+                        self.greeted = true;
+                        on(RxEvent::Hello(task));
+                    }
+                    None => return Some(RxEnd::Stranger),
+                }
+                continue;
+            }
+            if let Some((hdr, mut body)) = self.body.take() {
+                let need = hdr.len as usize - body.len();
+                let n = need.min(staged);
+                body.extend_from_slice(&self.stage[self.start..self.start + n]);
+                self.start += n;
+                if body.len() == hdr.len as usize {
+                    on(RxEvent::Frame { window: hdr.window, tag: hdr.tag, data: body });
+                    continue;
+                }
+                self.body = Some((hdr, body));
+                return None;
+            }
+            if staged < FRAME_HEADER {
+                return None;
+            }
+            let h: [u8; FRAME_HEADER] = self.stage[self.start..self.start + FRAME_HEADER].try_into().unwrap();
+            self.start += FRAME_HEADER;
+            let Some(hdr) = FrameHeader::decode(&h, max_message) else {
+                return Some(RxEnd::Garbage);
+            };
+            if hdr.kind == frame::KIND_GOODBYE {
+                on(RxEvent::Goodbye);
+                continue;
+            }
+            self.body = Some((hdr, Vec::with_capacity(hdr.len as usize)));
+        }
+    }
+
+    /// Read more bytes: straight into a large body, else into the stage.
+    fn fill(&mut self, mut s: &TcpStream) -> io::Result<usize> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if let Some((hdr, body)) = self.body.as_mut() {
+            let need = hdr.len as usize - body.len();
+            if self.start == self.end && need >= STAGE {
+                let old = body.len();
+                body.resize(old + need, 0);
+                let r = s.read(&mut body[old..]);
+                body.truncate(old + *r.as_ref().unwrap_or(&0));
+                return r;
+            }
+        }
+        if self.end == self.stage.len() {
+            self.stage.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let n = s.read(&mut self.stage[self.end..])?;
+        self.end += n;
+        Ok(n)
+    }
+}
