@@ -6,23 +6,41 @@
 //! a sender (`local_notify`) or the epoll thread (`flih`) rings it.
 //! The C ABI is in `ffi`; `include/doorbell.h` is generated from it.
 
+//! Under `--cfg loom` only the bell protocol is built, for the model checker.
+
+#[cfg(not(loom))]
 pub mod address;
 pub mod bell;
+#[cfg(not(loom))]
 pub mod config;
+#[cfg(not(loom))]
 pub mod control;
+#[cfg(not(loom))]
 pub mod counters;
+#[cfg(not(loom))]
 pub mod endpoint;
+#[cfg(not(loom))]
 pub mod error;
+#[cfg(not(loom))]
 pub mod ffi;
+#[cfg(not(loom))]
 mod flih;
+#[cfg(not(loom))]
 mod frame;
+#[cfg(not(loom))]
 mod preload;
+#[cfg(not(loom))]
 pub mod ring;
+#[cfg(not(loom))]
 pub mod shm;
 mod sync;
+#[cfg(not(loom))]
 mod sys;
+#[cfg(not(loom))]
 mod tcp;
-
+#[cfg(not(loom))]
 pub use config::{Config, WaitMode};
+#[cfg(not(loom))]
 pub use endpoint::{Endpoint, Woke};
+#[cfg(not(loom))]
 pub use error::{Error, Result};

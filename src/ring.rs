@@ -211,7 +211,8 @@ impl Producer {
             let pos = self.tail % self.cap;
             let to_end = self.cap - pos;
             let whole = REC + align16(remaining);
-            let free = self.free(whole.min(self.cap));
+            // Refresh `head` whenever the cached view is short of the ideal write.
+            let free = self.free(if whole <= to_end { whole } else { (to_end + whole).min(self.cap) });
             let first = if *offset == 0 { FIRST } else { 0 };
             let rec = |len: u64, flags: u8| Record {
                 len: len as u32,

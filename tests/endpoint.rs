@@ -1,0 +1,152 @@
+//! End-to-end tests of the core inside one process: several endpoints
+//! (tasks) talk over shared memory and TCP through the public Rust API.
+
+use doorbell::{Config, Endpoint, Error, WaitMode, Woke};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+static JOBS: AtomicU32 = AtomicU32::new(0);
+
+fn job() -> String {
+    format!("it{}-{}", std::process::id(), JOBS.fetch_add(1, Ordering::Relaxed))
+}
+
+fn ep(job: &str, task: u32, node: u64) -> Endpoint {
+    Endpoint::new(Config { task, node_id: node, job: job.into(), if_include: "127.0.0.1/8".into(), ..Config::default() })
+        .unwrap()
+}
+
+fn connect_all(eps: &[&Endpoint]) {
+    for a in eps {
+        for b in eps {
+            a.connect(&b.address().encode()).unwrap();
+        }
+    }
+}
+
+fn recv(e: &Endpoint, mode: WaitMode, n: usize) -> Vec<(u32, u8, Vec<u8>)> {
+    let mut got = vec![];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < n {
+        assert!(Instant::now() < deadline, "timed out with {} of {n}", got.len());
+        let r = e.wait(0, Some(mode), Some(Duration::from_millis(500)), &mut |t, tag, d| got.push((t, tag, d.to_vec())));
+        assert!(!matches!(r, Err(_) | Ok(Woke::PeerLost(_))), "{r:?}");
+    }
+    got
+}
+
+#[test]
+fn local_and_remote_reach_one_window_in_every_mode() {
+    let j = job();
+    let (rx, local, remote) = (ep(&j, 0, 1), ep(&j, 1, 1), ep(&j, 2, 2));
+    connect_all(&[&rx, &local, &remote]);
+    assert_eq!(rx.peer_path(1), Ok(1));
+    assert_eq!(rx.peer_path(2), Ok(2));
+    for mode in [WaitMode::Poll, WaitMode::Block, WaitMode::Adaptive] {
+        local.send(0, 0, 7, &[b"from-local"]).unwrap();
+        remote.send(0, 0, 8, &[b"from-", b"remote"]).unwrap();
+        let mut got = recv(&rx, mode, 2);
+        got.sort();
+        assert_eq!(got, vec![(1, 7, b"from-local".to_vec()), (2, 8, b"from-remote".to_vec())]);
+    }
+    let c = rx.counters();
+    assert!(c.shm_received >= 3 && c.tcp_received >= 3, "{c:?}");
+}
+
+#[test]
+fn large_messages_in_order_both_paths() {
+    let j = job();
+    let (rx, local, remote) = (ep(&j, 0, 1), ep(&j, 1, 1), ep(&j, 2, 2));
+    connect_all(&[&rx, &local, &remote]);
+    let sizes = [0usize, 1, 4095, 4096, 65536, 1 << 20, 3 << 20, 17];
+    let msg = |s: usize, k: usize| (0..s).map(|i| ((i * 13 + k) % 251) as u8).collect::<Vec<u8>>();
+    let mut got = vec![];
+    for (k, s) in sizes.iter().enumerate() {
+        // Receive while sending so large messages stream.
+        let m = msg(*s, k);
+        local.send(0, 0, k as u8, &[&m]).unwrap();
+        remote.send(0, 0, k as u8, &[&m]).unwrap();
+        let _ = rx.progress(0, &mut |t, tag, d| got.push((t, tag, d.to_vec())));
+    }
+    // The local sender keeps pushing its backlog while the receiver drains.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < 2 * sizes.len() {
+        assert!(Instant::now() < deadline, "timed out with {} messages", got.len());
+        let _ = local.progress(0, &mut |_, _, _| {});
+        let _ = rx.wait(0, Some(WaitMode::Adaptive), Some(Duration::from_millis(1)), &mut |t, tag, d| {
+            got.push((t, tag, d.to_vec()))
+        });
+    }
+    for src in [1u32, 2] {
+        let mine: Vec<_> = got.iter().filter(|g| g.0 == src).collect();
+        assert_eq!(mine.len(), sizes.len());
+        for (k, g) in mine.iter().enumerate() {
+            assert_eq!(g.1 as usize, k, "in order");
+            assert_eq!(g.2, msg(sizes[k], k));
+        }
+    }
+}
+
+#[test]
+fn blocked_receiver_is_woken_and_sender_skips_when_awake() {
+    let j = job();
+    let (rx, tx) = (ep(&j, 0, 1), ep(&j, 1, 1));
+    connect_all(&[&rx, &tx]);
+    tx.send(0, 0, 1, &[b"warm"]).unwrap();
+    recv(&rx, WaitMode::Block, 1);
+    let before = tx.counters();
+    // The receiver is awake (not waiting): sends must not ring.
+    for _ in 0..10 {
+        tx.send(0, 0, 1, &[b"x"]).unwrap();
+    }
+    let after = tx.counters();
+    assert_eq!(after.notifies_sent, before.notifies_sent, "no syscall for an awake receiver");
+    assert!(after.notifies_skipped >= before.notifies_skipped + 10);
+    recv(&rx, WaitMode::Block, 10);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(100));
+            tx.send(0, 0, 2, &[b"wake"]).unwrap();
+        });
+        let got = recv(&rx, WaitMode::Block, 1);
+        assert_eq!(got[0].2, b"wake");
+    });
+    assert!(tx.counters().notifies_sent > after.notifies_sent, "the sleeping receiver was rung");
+    assert!(rx.counters().wakeups >= 1);
+}
+
+#[test]
+fn notify_and_timeout_and_bad_input() {
+    let j = job();
+    let (rx, tx) = (ep(&j, 0, 1), ep(&j, 1, 1));
+    connect_all(&[&rx, &tx]);
+    let t0 = Instant::now();
+    let r = rx.wait(0, Some(WaitMode::Block), Some(Duration::from_millis(50)), &mut |_, _, _| {});
+    assert_eq!(r, Ok(Woke::Timeout));
+    assert!(t0.elapsed() >= Duration::from_millis(50));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            tx.local_notify(0, 0).unwrap();
+        });
+        let r = rx.wait(0, Some(WaitMode::Block), Some(Duration::from_secs(10)), &mut |_, _, _| {});
+        assert_eq!(r, Ok(Woke::Notify));
+    });
+    assert_eq!(tx.send(9, 0, 0, &[b"x"]), Err(Error::UnknownTask));
+    assert_eq!(tx.send(0, 5, 0, &[b"x"]), Err(Error::UnknownWindow));
+    assert_eq!(tx.local_notify(0, 3), Err(Error::UnknownWindow));
+    assert_eq!(rx.connect(&[1, 2, 3]), Err(Error::BadAddress));
+    let big = vec![0u8; 16];
+    let small = Endpoint::new(Config { task: 3, node_id: 1, job: j.clone(), max_message: 8, ..Config::default() }).unwrap();
+    small.connect(&rx.address().encode()).unwrap();
+    assert_eq!(small.send(0, 0, 0, &[&big]), Err(Error::BadLength));
+    let w = rx.window_open().unwrap();
+    assert_eq!(w, 1);
+    tx.send(0, 1, 4, &[b"w1"]).unwrap();
+    let mut got = vec![];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.is_empty() && Instant::now() < deadline {
+        let _ = rx.wait(1, Some(WaitMode::Block), Some(Duration::from_millis(100)), &mut |_, tag, d| got.push((tag, d.to_vec())));
+    }
+    assert_eq!(got, vec![(4, b"w1".to_vec())]);
+}
