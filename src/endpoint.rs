@@ -111,8 +111,9 @@ pub(crate) struct Inner {
     pub shutdown: OwnedFd,
     pub listener: TcpListener,
     pub counters: Counters,
-    /// Bytes queued in peers' backlogs (a fast "anything to push?").
-    backlog_bytes: AtomicU64,
+    /// Messages queued in peers' backlogs (a fast "anything to push?";
+    /// counted in messages, since a zero-length message has no bytes).
+    backlog_msgs: AtomicU64,
     parker: SharedFutex,
 }
 
@@ -174,7 +175,7 @@ impl Endpoint {
             shutdown,
             listener,
             counters: Counters::default(),
-            backlog_bytes: AtomicU64::new(0),
+            backlog_msgs: AtomicU64::new(0),
             parker: SharedFutex,
         });
         let flih_inner = inner.clone();
@@ -393,7 +394,7 @@ impl Inner {
             }
             tx.backlog.push_back(Backlog { window, tag, rest: g.to_vec_from(0), base: 0, total: g.len() });
             tx.backlog_bytes += g.len();
-            self.backlog_bytes.fetch_add(g.len(), Ordering::Relaxed);
+            self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
             self.push_locked(p, ctl, &mut tx);
             bump(&self.counters.shm_sent);
             return Ok(());
@@ -425,7 +426,7 @@ impl Inner {
             let n = rest.len() as u64;
             tx.backlog.push_back(Backlog { window, tag, rest, base: off, total: g.len() });
             tx.backlog_bytes += n;
-            self.backlog_bytes.fetch_add(n, Ordering::Relaxed);
+            self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
             if tx.rings[window as usize].as_mut().unwrap().set_waiting() {
                 self.push_locked(p, ctl, &mut tx);
             }
@@ -453,9 +454,9 @@ impl Inner {
             b.rest.drain(..wrote as usize);
             b.base += wrote;
             tx.backlog_bytes -= wrote;
-            self.backlog_bytes.fetch_sub(wrote, Ordering::Relaxed);
             if done {
                 tx.backlog.pop_front();
+                self.backlog_msgs.fetch_sub(1, Ordering::Relaxed);
             } else if prod.set_waiting() {
                 continue;
             } else {
@@ -486,7 +487,7 @@ impl Inner {
     }
 
     fn push_all_backlogs(&self) {
-        if self.backlog_bytes.load(Ordering::Relaxed) == 0 {
+        if self.backlog_msgs.load(Ordering::Relaxed) == 0 {
             return;
         }
         let peers: Vec<_> = self.peers.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
@@ -811,7 +812,7 @@ impl Inner {
             self.push_all_backlogs();
             let conns: Vec<_> = lock(&self.conns).values().cloned().collect();
             let tcp_left = conns.iter().any(|c| !c.dead.load(Ordering::Relaxed) && c.flush().map_or(false, |empty| !empty));
-            if self.backlog_bytes.load(Ordering::Relaxed) == 0 && !tcp_left {
+            if self.backlog_msgs.load(Ordering::Relaxed) == 0 && !tcp_left {
                 return Ok(());
             }
             if timeout.is_some_and(|t| sys::now_ns() - start >= t.as_nanos() as u64) {

@@ -150,3 +150,59 @@ fn notify_and_timeout_and_bad_input() {
     }
     assert_eq!(got, vec![(4, b"w1".to_vec())]);
 }
+
+/// A sender streams many messages (the ring fills, the rest is backlogged),
+/// then asks for an ack; the receiver sleeps between batches.  Nothing may
+/// stall: the consumer rings the producer when it frees space.
+#[test]
+fn streaming_with_backlog_and_acks_never_stalls() {
+    let j = job();
+    let (a, b) = (ep(&j, 0, 1), ep(&j, 1, 1));
+    connect_all(&[&a, &b]);
+    for mode in [WaitMode::Block, WaitMode::Adaptive] {
+        for size in [65536usize, 1 << 20, 4 << 20] {
+            let n = (64 << 20) / size;
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let mut count = 0usize;
+                    loop {
+                        let mut acks = vec![];
+                        let r = b.wait(0, Some(mode), Some(Duration::from_secs(5)), &mut |_, tag, d| {
+                            if tag == 1 {
+                                assert_eq!(d.len(), size);
+                                count += 1;
+                            } else {
+                                acks.push(count);
+                            }
+                        });
+                        assert!(!matches!(r, Ok(Woke::Timeout)), "receiver stalled at {count}/{n} ({size} B, {mode:?})");
+                        for c in acks {
+                            b.send(0, 0, 3, &[&(c as u64).to_le_bytes()]).unwrap();
+                            return;
+                        }
+                    }
+                });
+                let msg = vec![7u8; size];
+                for _ in 0..n {
+                    loop {
+                        match a.send(1, 0, 1, &[&msg]) {
+                            Err(Error::WouldBlock) => {
+                                let _ = a.progress(0, &mut |_, _, _| {});
+                            }
+                            r => break r.unwrap(),
+                        }
+                    }
+                }
+                a.send(1, 0, 2, &[]).unwrap();
+                let mut ack = None;
+                while ack.is_none() {
+                    let r = a.wait(0, Some(mode), Some(Duration::from_secs(5)), &mut |_, _, d| {
+                        ack = Some(u64::from_le_bytes(d.try_into().unwrap()))
+                    });
+                    assert!(!matches!(r, Ok(Woke::Timeout)), "sender stalled waiting for the ack ({size} B, {mode:?})");
+                }
+                assert_eq!(ack, Some(n as u64));
+            });
+        }
+    }
+}
