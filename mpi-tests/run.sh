@@ -1,0 +1,360 @@
+#!/usr/bin/env bash
+# mpi-tests/run.sh -- MPI test suite over one Open MPI BTL (ob1 PML).
+#
+# Builds the C programs (mpicc.openmpi) and the rsmpi programs (cargo) under
+# target/, then runs every C program at each rank count in NPS, the Rust,
+# NetPIPE and mpi4py programs at 2 ranks, each run under `timeout`.  With a
+# doorbell BTL everything runs a second time with btl_doorbell_force_tcp=1,
+# and the idle-CPU check is asserted (< IDLE_CPU_LIMIT %) and printed beside
+# the figure of a reference BTL (vader).  Prints PASS/FAIL per run and ends
+# with "N passed, M failed"; exits non-zero on any failure.
+#
+# Environment (all optional):
+#   BTL             BTL list under test                      (self,doorbell)
+#   NPS             rank counts for the C programs           ("2 4 8")
+#   MPIRUN_HOSTS    if set: --host "$MPIRUN_HOSTS" on every mpirun
+#   MPIRUN_EXTRA    extra mpirun arguments, word-split       ("")
+#   REF_BTL         BTL for the idle-CPU reference figure    (self,vader;
+#                   self,vader,tcp when MPIRUN_HOSTS is set)
+#   FORCE_TCP_PASS  1: repeat with btl_doorbell_force_tcp 1 when BTL has doorbell (1)
+#   IDLE_CPU_LIMIT  percent a blocked receiver may use, doorbell only (5)
+#   PINGPONG_MAX    largest ping-pong message in bytes       (67108864)
+#   RUN_TIMEOUT     seconds for one mpirun                   (240)
+#   TESTS           names to run, default all: pingpong anysource probe
+#                   alltoall_nb ssend_vector collectives threads idle_cpu
+#                   rust netpipe mpi4py
+#   OUT             build and log directory                  (<repo>/target/mpi-tests)
+#   SHM_GLOB        files that must not be left behind       (/dev/shm/doorbell*)
+#   SHM_STRICT      1: at the end, any new SHM_GLOB file fails; 0: only files
+#                   named after this suite's jobs (machine shared with others) (1)
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+BTL=${BTL:-self,doorbell}
+NPS=${NPS:-2 4 8}
+MPIRUN_HOSTS=${MPIRUN_HOSTS:-}
+MPIRUN_EXTRA=${MPIRUN_EXTRA:-}
+if [[ -n $MPIRUN_HOSTS ]]; then REF_BTL=${REF_BTL:-self,vader,tcp}; else REF_BTL=${REF_BTL:-self,vader}; fi
+FORCE_TCP_PASS=${FORCE_TCP_PASS:-1}
+IDLE_CPU_LIMIT=${IDLE_CPU_LIMIT:-5}
+PINGPONG_MAX=${PINGPONG_MAX:-67108864}
+RUN_TIMEOUT=${RUN_TIMEOUT:-240}
+SHM_GLOB=${SHM_GLOB:-/dev/shm/doorbell*}
+SHM_STRICT=${SHM_STRICT:-1}
+TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu rust netpipe mpi4py}
+OUT=${OUT:-$ROOT/target/mpi-tests}
+BIN=$OUT/bin
+LOGS=$OUT/logs
+RUST_TARGET=$ROOT/target/mpi-tests-rust
+PY=/usr/bin/python3 # Debian's python3-mpi4py lives there, not in a pyenv/venv python
+C_PROGRAMS=(pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu)
+
+PASSED=0
+FAILED=0
+START=$SECONDS
+mkdir -p "$BIN" "$LOGS"
+rm -f "$LOGS"/*.log
+
+wanted() { [[ " $TESTS " == *" $1 "* ]]; }
+is_doorbell() { [[ ,$1, == *,doorbell,* ]]; }
+
+pass() {
+    PASSED=$((PASSED + 1))
+    printf 'PASS  %-58s %s\n' "$1" "${2:-}"
+}
+# fail LABEL REASON [LOG]: count, say why, show the end of the log
+fail() {
+    FAILED=$((FAILED + 1))
+    printf 'FAIL  %-58s %s\n' "$1" "$2"
+    if [[ -n ${3:-} && -f $3 ]]; then
+        tail -n 25 "$3" | sed 's/^/      | /'
+    fi
+}
+
+# Shared-memory files present before we started are not ours to judge.  Other
+# doorbell programs running at the same time create files too: each run only
+# judges files named after its own job id, and SHM_STRICT=0 does the same for
+# the final check.
+shm_list() { (shopt -s nullglob; for f in $SHM_GLOB; do echo "$f"; done) | sort; }
+SHM_BASELINE=$(shm_list)
+SHM_KNOWN=$SHM_BASELINE
+# shm_new: set SHM_NEW to the names that appeared since the last call.
+SHM_NEW=
+shm_new() {
+    local now
+    now=$(shm_list)
+    SHM_NEW=$(comm -13 <(echo "$SHM_KNOWN") <(echo "$now") | sed '/^$/d')
+    SHM_KNOWN=$now
+}
+
+HOST_ARGS=()
+if [[ -n $MPIRUN_HOSTS ]]; then HOST_ARGS=(--host "$MPIRUN_HOSTS"); fi
+read -r -a EXTRA_ARGS <<<"$MPIRUN_EXTRA"
+
+# Variants of the transport under test: name and extra mpirun arguments.
+VARIANTS=("")
+if is_doorbell "$BTL" && [[ $FORCE_TCP_PASS == 1 ]]; then
+    VARIANTS+=("force_tcp")
+fi
+variant_args() {
+    case $1 in
+    force_tcp) echo "--mca btl_doorbell_force_tcp 1" ;;
+    *) echo "" ;;
+    esac
+}
+
+# doorbell_log_problem LOG NP VARIANT: print why the doorbell counters that
+# btl_doorbell_verbose=1 prints at finalize are wrong (nothing if they are fine):
+# every rank must report, traffic must have gone through doorbell, and the
+# path must be tcp with force_tcp, shm on a single node otherwise.
+doorbell_log_problem() {
+    local log=$1 np=$2 variant=$3 reports moved
+    reports=$(grep -Ec 'btl doorbell: rank [0-9]+ counters:' "$log" || true)
+    moved=$({ grep -Eo '(shm|tcp)_sent=[0-9]+' "$log" || true; } | awk -F= '{s += $2} END {print s + 0}')
+    if [[ $reports != "$np" ]]; then
+        echo "$reports of $np ranks printed doorbell counters"
+    elif [[ $moved == 0 ]]; then
+        echo "doorbell counters show no message sent"
+    elif [[ $variant == force_tcp ]] && grep -q 'path=shm' "$log"; then
+        echo "force_tcp set but a peer was reached over shm"
+    elif [[ $variant == force_tcp ]] && ! grep -q 'path=tcp' "$log"; then
+        echo "force_tcp set but no peer reached over tcp"
+    elif [[ -z $variant && -z $MPIRUN_HOSTS ]] && grep -q 'path=tcp' "$log"; then
+        echo "single node, yet a peer was reached over tcp"
+    fi
+}
+
+# run_mpi LABEL NP BTL VARIANT EXPECT_REGEX CMD... -- one timed mpirun.
+# PASS needs exit 0, EXPECT_REGEX in the output, sane doorbell counters and no
+# shared-memory file of this job left behind.  The log stays in $LOGS; RUN_LOG
+# names it for callers that parse output.
+RUN_LOG=
+ALL_JOBS=()
+run_mpi() {
+    local label=$1 np=$2 btl=$3 variant=$4 expect=$5
+    shift 5
+    local vargs=() t0 rc=0 leaked job problem=
+    read -r -a vargs <<<"$(variant_args "$variant")"
+    # counters and per-peer paths at finalize, checked below
+    if is_doorbell "$btl"; then vargs+=(--mca btl_doorbell_verbose 1); fi
+    RUN_LOG=$LOGS/$(echo "$label" | tr -c 'A-Za-z0-9_.-' '_' | tr -s _).log
+    t0=$SECONDS
+    # --display-map prints the job id (to attribute /dev/shm files to this run);
+    # </dev/null: mpirun forwards stdin to rank 0 and must not eat the caller's
+    timeout -k 15 "$RUN_TIMEOUT" mpirun.openmpi --allow-run-as-root --oversubscribe --display-map \
+        --mca pml ob1 --mca btl "$btl" -np "$np" "${HOST_ARGS[@]}" "${vargs[@]}" "${EXTRA_ARGS[@]}" \
+        "$@" >"$RUN_LOG" 2>&1 </dev/null || rc=$?
+    local took="($((SECONDS - t0))s)"
+    # "Data for JOB [family,local]" -> the 8 hex digits Open MPI's jobid prints as
+    job=$(awk 'match($0, /Data for JOB \[[0-9]+,[0-9]+\]/) {
+            split(substr($0, RSTART + 14, RLENGTH - 15), id, ",")
+            printf "%04x%04x", id[1], id[2]; exit }' <"$RUN_LOG")
+    if [[ -n $job ]]; then ALL_JOBS+=("$job"); fi
+    shm_new
+    # files named after this job; all new files if the job id is unknown
+    if [[ -n $job ]]; then leaked=$(echo "$SHM_NEW" | grep -F "$job" || true); else leaked=$SHM_NEW; fi
+    if [[ $rc == 0 ]] && is_doorbell "$btl"; then
+        problem=$(doorbell_log_problem "$RUN_LOG" "$np" "$variant")
+    fi
+    if [[ $rc == 124 || $rc == 137 ]]; then
+        fail "$label" "timed out after ${RUN_TIMEOUT}s $took" "$RUN_LOG"
+    elif [[ $rc != 0 ]]; then
+        fail "$label" "exit $rc $took" "$RUN_LOG"
+    elif ! grep -Eq -- "$expect" "$RUN_LOG"; then
+        fail "$label" "exit 0 but no line matching /$expect/ $took" "$RUN_LOG"
+    elif [[ -n $problem ]]; then
+        fail "$label" "$problem $took" "$RUN_LOG"
+    elif [[ -n $leaked ]]; then
+        fail "$label" "left in /dev/shm: $(echo "$leaked" | tr '\n' ' ')" "$RUN_LOG"
+    else
+        pass "$label" "$took"
+        return 0
+    fi
+    return 1
+}
+
+tag_of() { # label suffix for a variant
+    if [[ -n $2 ]]; then echo "[$1 +$2]"; else echo "[$1]"; fi
+}
+
+echo "== mpi-tests: BTL=$BTL NPS='$NPS' hosts='${MPIRUN_HOSTS}' extra='${MPIRUN_EXTRA}' variants: base ${VARIANTS[*]:1}"
+
+# ---- preconditions: the component must be there (a missing one is a failure) ----
+if is_doorbell "$BTL"; then
+    # captured first: grep -q exiting early would SIGPIPE ompi_info under pipefail
+    info=$(ompi_info 2>&1 || true)
+    params=$(ompi_info --param btl doorbell --level 9 2>&1 || true)
+    if grep -Eq 'MCA btl: doorbell' <<<"$info"; then
+        pass "doorbell component registered (ompi_info)"
+    else
+        fail "doorbell component registered (ompi_info)" "ompi_info lists no 'MCA btl: doorbell'"
+    fi
+    if [[ $FORCE_TCP_PASS == 1 ]]; then
+        if grep -q 'btl_doorbell_force_tcp' <<<"$params"; then
+            pass "doorbell parameter btl_doorbell_force_tcp exists"
+        else
+            fail "doorbell parameter btl_doorbell_force_tcp exists" "not in ompi_info --param btl doorbell --level 9"
+        fi
+    fi
+fi
+
+# ---- build ----
+for p in "${C_PROGRAMS[@]}"; do
+    wanted "$p" || continue
+    log=$LOGS/build_$p.log
+    if mpicc.openmpi -O2 -g -Wall -Wextra -Werror -pthread -o "$BIN/$p" "$HERE/$p.c" >"$log" 2>&1; then
+        pass "build $p"
+    else
+        fail "build $p" "mpicc.openmpi failed" "$log"
+        rm -f "$BIN/$p"
+    fi
+done
+if wanted rust; then
+    log=$LOGS/build_rust.log
+    # --locked: build exactly the versions in Cargo.lock
+    if MPICC=mpicc.openmpi CARGO_TARGET_DIR=$RUST_TARGET timeout -k 10 900 \
+        cargo build --release --locked --manifest-path "$HERE/rust/Cargo.toml" >"$log" 2>&1; then
+        pass "build rust (rsmpi)"
+    else
+        fail "build rust (rsmpi)" "cargo build failed" "$log"
+    fi
+fi
+
+# ---- C programs at every rank count ----
+declare -A IDLE_FIG=()
+for variant in "${VARIANTS[@]}"; do
+    vt=$(tag_of "$BTL" "$variant")
+    for np in $NPS; do
+        for p in "${C_PROGRAMS[@]}"; do
+            wanted "$p" || continue
+            if [[ ! -x $BIN/$p ]]; then
+                fail "$p np=$np $vt" "not built"
+                continue
+            fi
+            case $p in
+            pingpong) args=("$PINGPONG_MAX") ;;
+            idle_cpu) if is_doorbell "$BTL"; then args=("$IDLE_CPU_LIMIT"); else args=(); fi ;;
+            *) args=() ;;
+            esac
+            run_mpi "$p np=$np $vt" "$np" "$BTL" "$variant" "^$p: OK" "$BIN/$p" "${args[@]}" || true
+            if [[ $p == idle_cpu ]]; then
+                IDLE_FIG["$np $variant"]=$(grep -Eo 'IDLE_CPU max=[0-9.]+%' "$RUN_LOG" | sed 's/IDLE_CPU //' || echo "max=?")
+            fi
+        done
+    done
+done
+
+# ---- idle CPU: the reference BTL's figure beside ours (not asserted) ----
+if wanted idle_cpu && [[ -x $BIN/idle_cpu ]]; then
+    for np in $NPS; do
+        ref="?"
+        if run_mpi "idle_cpu np=$np [$REF_BTL, reference]" "$np" "$REF_BTL" "" "^idle_cpu: OK" "$BIN/idle_cpu"; then
+            ref=$(grep -Eo 'IDLE_CPU max=[0-9.]+%' "$RUN_LOG" | sed 's/IDLE_CPU //' || echo "max=?")
+        fi
+        line="      idle CPU of a rank blocked 3 s in MPI_Recv, np=$np:"
+        for variant in "${VARIANTS[@]}"; do
+            line+=" $(tag_of "$BTL" "$variant") ${IDLE_FIG["$np $variant"]:-not run}"
+            is_doorbell "$BTL" && line+=" (limit ${IDLE_CPU_LIMIT}%)"
+            line+=" |"
+        done
+        echo "$line [$REF_BTL] $ref (reference, not asserted)"
+    done
+fi
+
+# ---- rsmpi programs, 2 ranks ----
+if wanted rust; then
+    for variant in "${VARIANTS[@]}"; do
+        vt=$(tag_of "$BTL" "$variant")
+        for p in rs_pingpong rs_allreduce; do
+            if [[ -x $RUST_TARGET/release/$p ]]; then
+                run_mpi "$p np=2 $vt" 2 "$BTL" "$variant" "^$p: OK" "$RUST_TARGET/release/$p" || true
+            else
+                fail "$p np=2 $vt" "not built"
+            fi
+        done
+    done
+fi
+
+# ---- NetPIPE (stock NPopenmpi), 2 ranks ----
+# check_netpipe OUTFILE: sizes strictly increasing, every power of 2 from 1 to
+# 64 MiB present, bandwidth and time positive on every line, 64 MiB reached.
+check_netpipe() {
+    awk -v max=67108864 '
+        NF != 3 { print "line " NR ": " NF " fields"; bad = 1; next }
+        $1 + 0 <= prev { print "line " NR ": size " $1 " after " prev; bad = 1 }
+        !($2 + 0 > 0) || !($3 + 0 > 0) { print "line " NR ": bandwidth " $2 " time " $3; bad = 1 }
+        { prev = $1 + 0; seen[$1 + 0] = 1; n++ }
+        END {
+            for (p = 1; p <= max; p *= 2) if (!(p in seen)) { print "size " p " missing"; bad = 1 }
+            if (prev < max) { print "largest size " prev " < " max; bad = 1 }
+            if (n < 100) { print "only " n " sizes"; bad = 1 }
+            exit bad
+        }' <"$1"
+}
+if wanted netpipe; then
+    for variant in "${VARIANTS[@]}"; do
+        vt=$(tag_of "$BTL" "$variant")
+        np_out=$OUT/netpipe${variant:+_$variant}.out
+        rm -f "$np_out"
+        # -n 3: fixed repeat count keeps the 0..64 MiB sweep to seconds
+        if run_mpi "NetPIPE 1 B..64 MiB np=2 $vt" 2 "$BTL" "$variant" "67108864 bytes" \
+            NPopenmpi -u 67108864 -n 3 -o "$np_out"; then
+            if why=$(check_netpipe "$np_out" 2>&1); then
+                pass "NetPIPE output check $vt" "($(wc -l <"$np_out") sizes, $(awk 'END{print $2}' <"$np_out") Mbps at the top)"
+            else
+                fail "NetPIPE output check $vt" "$(echo "$why" | head -n 5 | tr '\n' ';')"
+            fi
+        else
+            fail "NetPIPE output check $vt" "no output to check"
+        fi
+        # integrity mode: NetPIPE checks the received bytes itself
+        np_out=$OUT/netpipe_integrity${variant:+_$variant}.out
+        rm -f "$np_out"
+        if run_mpi "NetPIPE integrity np=2 $vt" 2 "$BTL" "$variant" "Integrity check passed" \
+            NPopenmpi -i -u 67108864 -n 2 -o "$np_out"; then
+            npass=$(grep -c 'Integrity check passed' "$RUN_LOG" || true)
+            if grep -q 'Integrity check failed' "$RUN_LOG"; then
+                fail "NetPIPE integrity output $vt" "$(grep -m1 'Integrity check failed' "$RUN_LOG")"
+            elif [[ $npass -lt 40 || $npass != "$(wc -l <"$np_out")" ]]; then
+                fail "NetPIPE integrity output $vt" "$npass sizes passed, $(wc -l <"$np_out") in $np_out"
+            else
+                pass "NetPIPE integrity output $vt" "($npass sizes)"
+            fi
+        else
+            fail "NetPIPE integrity output $vt" "no output to check"
+        fi
+    done
+fi
+
+# ---- mpi4py, 2 ranks ----
+if wanted mpi4py; then
+    for variant in "${VARIANTS[@]}"; do
+        run_mpi "mpi4py objects+numpy np=2 $(tag_of "$BTL" "$variant")" 2 "$BTL" "$variant" \
+            "^mpi4py_check: OK" "$PY" "$HERE/mpi4py_check.py" || true
+    done
+fi
+
+# ---- nothing of ours may stay in /dev/shm ----
+left=$(comm -13 <(echo "$SHM_BASELINE") <(shm_list) | sed '/^$/d')
+if [[ $SHM_STRICT != 1 && -n $left && ${#ALL_JOBS[@]} -gt 0 ]]; then
+    # shared machine: judge only files named after one of this suite's jobs
+    others=$left
+    left=$(echo "$left" | grep -F -f <(printf '%s\n' "${ALL_JOBS[@]}") || true)
+    others=$(comm -23 <(echo "$others") <(echo "$left") | sed '/^$/d')
+    if [[ -n $others ]]; then
+        echo "note: $(echo "$others" | wc -l) new $SHM_GLOB files of other jobs (not judged, SHM_STRICT=0)"
+    fi
+fi
+if [[ -z $left ]]; then
+    pass "no $SHM_GLOB left after the runs"
+else
+    fail "no $SHM_GLOB left after the runs" "$(echo "$left" | tr '\n' ' ')"
+fi
+if [[ -n $SHM_BASELINE ]]; then
+    echo "note: $SHM_GLOB present before the suite started (not judged): $(echo "$SHM_BASELINE" | tr '\n' ' ')"
+fi
+
+echo "== mpi-tests done in $((SECONDS - START))s, logs in $LOGS"
+echo "$PASSED passed, $FAILED failed"
+[[ $FAILED == 0 ]]

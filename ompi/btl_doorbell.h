@@ -1,0 +1,187 @@
+/* btl_doorbell.h -- Open MPI 4.1 BTL "doorbell": component and module.
+ *
+ * The BTL is thin glue: every byte moves through the doorbell core
+ * (include/doorbell.h).  The glue owns only what Open MPI's structures need:
+ * descriptors, free lists, parameters, and the "when may this rank sleep"
+ * heuristic in the progress function.
+ */
+#ifndef MCA_BTL_DOORBELL_H
+#define MCA_BTL_DOORBELL_H
+
+#include "opal_config.h"
+
+#include "opal/class/opal_free_list.h"
+#include "opal/class/opal_list.h"
+#include "opal/mca/btl/btl.h"
+#include "opal/mca/btl/base/base.h"
+#include "opal/threads/mutex.h"
+#include "opal/util/output.h"
+#include "opal/util/show_help.h"
+
+#include "doorbell.h"
+
+BEGIN_C_DECLS
+
+/* All traffic uses window 0, which doorbell_endpoint_create opens. */
+#define MCA_BTL_DOORBELL_WINDOW 0
+
+/* Progress calls closer together than this are a wait loop (MPI_Wait,
+ * MPI_Recv, a tight MPI_Test loop); farther apart, the caller computes
+ * between calls and must never be held up. */
+#define MCA_BTL_DOORBELL_BACK_TO_BACK_NS 10000ull
+
+typedef struct mca_btl_doorbell_component_t {
+    mca_btl_base_component_3_0_0_t super;
+
+    /* ---- parameters (see btl_doorbell_component.c for help texts) ---- */
+    int wait_mode;              /* DOORBELL_WAIT_POLL/BLOCK/ADAPTIVE */
+    unsigned int spin_us;       /* adaptive: idle time before sleeping */
+    unsigned int sleep_max_us;  /* upper bound of one sleep */
+    unsigned int ring_size;     /* per-pair ring bytes, 0 -> core default */
+    char *if_include;
+    char *if_exclude;
+    int port_min;
+    int port_range;
+    bool force_tcp;
+    int verbose;
+    int free_list_num;
+    int free_list_max;
+    int free_list_inc;
+
+    /* a parameter was rejected at registration: disqualify at init */
+    bool param_error;
+    char *bad_param_name;
+
+    /* ---- runtime ---- */
+    int output;                 /* opal_output stream, verbosity = verbose */
+    bool help_file_found;       /* else fall back to plain opal_output */
+    struct mca_btl_doorbell_module_t *module;   /* NULL until init succeeds */
+} mca_btl_doorbell_component_t;
+
+OPAL_MODULE_DECLSPEC extern mca_btl_doorbell_component_t mca_btl_doorbell_component;
+
+typedef struct mca_btl_doorbell_module_t {
+    mca_btl_base_module_t super;
+
+    doorbell_endpoint *core;
+    uint32_t my_task;
+    mca_btl_base_module_error_cb_fn_t error_cb;
+
+    /* descriptors: eager (<= eager/rndv limit) and max (<= max_send_size) */
+    opal_free_list_t eager_frags;
+    opal_free_list_t max_frags;
+    size_t eager_frag_size;
+    size_t max_frag_size;
+
+    /* endpoints by core task id; they live until finalize so the verbose
+     * report can still name every peer's path after del_procs */
+    opal_mutex_t lock;
+    struct mca_btl_base_endpoint_t **peers;
+    uint32_t npeers_alloc;
+
+    /* sent descriptors whose owner asked for a callback: run from progress,
+     * never from inside btl_send (ob1 is not re-entrant there) */
+    opal_mutex_t completed_lock;
+    opal_list_t completed;
+    volatile int32_t ncompleted;
+
+    /* endpoints holding sends the core refused with WOULD_BLOCK; one lock
+     * for all of them (the path is rare, and one lock cannot deadlock) */
+    opal_mutex_t pending_lock;
+    opal_list_t pending_endpoints;
+    volatile int32_t npending;
+
+    /* ---- progress / sleep state ---- */
+    volatile int32_t progress_busy;   /* one progress at a time */
+    volatile int32_t send_activity;   /* set by senders, consumed by progress */
+    uint64_t last_call_ns;            /* end of the previous progress call */
+    uint64_t last_event_ns;           /* last delivery, completion or send */
+    bool sleep_checked;               /* other BTLs inspected */
+    bool sleep_allowed;               /* false if another BTL needs our progress loop */
+    bool finalizing;
+
+    /* glue-side counters for the verbose report */
+    uint64_t sleeps;
+    uint64_t sleep_timeouts;
+    uint64_t sends_queued;
+} mca_btl_doorbell_module_t;
+
+extern mca_btl_doorbell_module_t mca_btl_doorbell_module;
+
+/* ---- module functions (btl_doorbell_module.c) ---- */
+int mca_btl_doorbell_module_init(mca_btl_doorbell_module_t *module, doorbell_endpoint *core,
+                                 uint32_t my_task);
+int mca_btl_doorbell_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
+                               struct opal_proc_t **procs,
+                               struct mca_btl_base_endpoint_t **endpoints,
+                               struct opal_bitmap_t *reachable);
+int mca_btl_doorbell_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
+                               struct opal_proc_t **procs,
+                               struct mca_btl_base_endpoint_t **endpoints);
+int mca_btl_doorbell_finalize(struct mca_btl_base_module_t *btl);
+mca_btl_base_descriptor_t *mca_btl_doorbell_alloc(struct mca_btl_base_module_t *btl,
+                                                  struct mca_btl_base_endpoint_t *endpoint,
+                                                  uint8_t order, size_t size, uint32_t flags);
+int mca_btl_doorbell_free(struct mca_btl_base_module_t *btl, mca_btl_base_descriptor_t *des);
+mca_btl_base_descriptor_t *mca_btl_doorbell_prepare_src(struct mca_btl_base_module_t *btl,
+                                                        struct mca_btl_base_endpoint_t *endpoint,
+                                                        struct opal_convertor_t *convertor,
+                                                        uint8_t order, size_t reserve,
+                                                        size_t *size, uint32_t flags);
+int mca_btl_doorbell_send(struct mca_btl_base_module_t *btl,
+                          struct mca_btl_base_endpoint_t *endpoint,
+                          struct mca_btl_base_descriptor_t *descriptor, mca_btl_base_tag_t tag);
+int mca_btl_doorbell_sendi(struct mca_btl_base_module_t *btl,
+                           struct mca_btl_base_endpoint_t *endpoint,
+                           struct opal_convertor_t *convertor, void *header, size_t header_size,
+                           size_t payload_size, uint8_t order, uint32_t flags,
+                           mca_btl_base_tag_t tag, mca_btl_base_descriptor_t **descriptor);
+
+/* Called from progress: run deferred completions and retry refused sends. */
+int mca_btl_doorbell_drain_completed(mca_btl_doorbell_module_t *module);
+int mca_btl_doorbell_retry_pending(mca_btl_doorbell_module_t *module);
+
+/* The core's receive callback: hands (data, len) to ob1 for `tag`. */
+void mca_btl_doorbell_recv_cb(void *ctx, uint32_t task, uint32_t window, uint8_t tag,
+                              const uint8_t *data, size_t len);
+
+/* A peer's process is gone (core reported PEER_LOST for `task`). */
+void mca_btl_doorbell_peer_lost(mca_btl_doorbell_module_t *module, uint32_t task);
+
+/* ---- component helpers (btl_doorbell_component.c) ---- */
+
+/* Show a help topic from help-mpi-btl-doorbell.txt, rendered in this process
+ * and written to stderr.  (Not opal_show_help: in Open MPI 4.1.4 an
+ * application's help messages travel to mpirun through PMIx "log", and a
+ * rank that aborts right afterwards loses them -- seen here as "ORTE_ERROR_LOG:
+ * Data unpack would read past end of buffer in show_help.c".)  A problem of
+ * the whole node (once_per_node) is printed by local rank 0 only.  If the help
+ * file cannot be found, `fallback` -- a printf format taking the same
+ * arguments -- is printed instead of Open MPI's "Sorry! You were supposed to
+ * get help about...". */
+void mca_btl_doorbell_show_help(bool once_per_node, const char *topic, const char *fallback, ...)
+    __opal_attribute_format__(__printf__, 3, 4);
+
+/* Wrappers for the OPAL_MODEX_* macros (they expand to a lot of code). */
+int mca_btl_doorbell_modex_send(const void *blob, size_t len);
+int mca_btl_doorbell_modex_recv(const struct opal_proc_t *proc, uint8_t **blob, size_t *len);
+
+/* true once MPI_Finalize has begun: peers may then exit at any moment and
+ * their departure is not an error */
+bool mca_btl_doorbell_mpi_finalizing(void);
+
+/* CLOCK_MONOTONIC in nanoseconds (vDSO: no syscall) */
+uint64_t mca_btl_doorbell_now_ns(void);
+
+static inline const char *mca_btl_doorbell_path_name(int path)
+{
+    switch (path) {
+    case 1: return "shm";
+    case 2: return "tcp";
+    default: return "unknown";
+    }
+}
+
+END_C_DECLS
+
+#endif /* MCA_BTL_DOORBELL_H */

@@ -1,0 +1,36 @@
+/* btl_doorbell_endpoint.h -- one per peer process; wraps a core task id. */
+#ifndef MCA_BTL_DOORBELL_ENDPOINT_H
+#define MCA_BTL_DOORBELL_ENDPOINT_H
+
+#include "opal_config.h"
+
+#include "opal/class/opal_list.h"
+#include "opal/util/proc.h"
+
+BEGIN_C_DECLS
+
+struct mca_btl_base_endpoint_t {
+    /* links the endpoint into module->pending_endpoints */
+    opal_list_item_t super;
+
+    struct opal_proc_t *proc;
+    uint32_t task;              /* core task id (== proc vpid) */
+    int path;                   /* doorbell_peer_path at connect: 1 shm, 2 tcp */
+
+    /* descriptors the core refused (WOULD_BLOCK), in send order; while any
+     * are queued, later sends queue behind them (module->pending_lock) */
+    opal_list_t pending;
+    volatile int32_t npending;
+    bool on_pending_list;
+
+    bool deleted;               /* del_procs was called */
+    bool lost;                  /* the peer process is gone */
+};
+typedef struct mca_btl_base_endpoint_t mca_btl_base_endpoint_t;
+typedef mca_btl_base_endpoint_t mca_btl_doorbell_endpoint_t;
+
+OBJ_CLASS_DECLARATION(mca_btl_doorbell_endpoint_t);
+
+END_C_DECLS
+
+#endif /* MCA_BTL_DOORBELL_ENDPOINT_H */

@@ -1,0 +1,887 @@
+/* btl_doorbell_module.c -- add_procs/del_procs/finalize, descriptors,
+ * send/sendi.
+ *
+ * Send completion.  doorbell_send* returns once the core has copied the
+ * bytes (ring, socket or the peer's backlog), so every send completes
+ * inline.  Following the BTL contract:
+ *   - without MCA_BTL_DES_SEND_ALWAYS_CALLBACK: release the descriptor if
+ *     the BTL owns it and return 1 ("completed inline, no callback");
+ *   - with it: queue the descriptor and run the callback from the next
+ *     progress call, and return OPAL_SUCCESS.  Calling ob1 back from inside
+ *     btl_send re-enters its scheduler with half-updated counters, and the
+ *     callbacks are also what restarts ob1's pending queues (open-mpi/ompi
+ *     #3845), so they must happen.
+ * When the core refuses with WOULD_BLOCK, the descriptor is queued on its
+ * endpoint and retried from progress; sendi instead returns
+ * OPAL_ERR_OUT_OF_RESOURCE (and a descriptor, so ob1 falls back to send).
+ */
+#include "opal_config.h"
+
+#include <string.h>
+
+#include "opal/class/opal_bitmap.h"
+#include "opal/datatype/opal_convertor.h"
+#include "opal/mca/hwloc/base/base.h"
+#include "opal/util/output.h"
+#include "opal/util/proc.h"
+
+#include "btl_doorbell.h"
+#include "btl_doorbell_endpoint.h"
+#include "btl_doorbell_frag.h"
+
+static int doorbell_register_error(struct mca_btl_base_module_t *btl,
+                                   mca_btl_base_module_error_cb_fn_t cbfunc);
+
+mca_btl_doorbell_module_t mca_btl_doorbell_module = {
+    .super = {
+        .btl_component = &mca_btl_doorbell_component.super,
+        .btl_add_procs = mca_btl_doorbell_add_procs,
+        .btl_del_procs = mca_btl_doorbell_del_procs,
+        .btl_finalize = mca_btl_doorbell_finalize,
+        .btl_alloc = mca_btl_doorbell_alloc,
+        .btl_free = mca_btl_doorbell_free,
+        .btl_prepare_src = mca_btl_doorbell_prepare_src,
+        .btl_send = mca_btl_doorbell_send,
+        .btl_sendi = mca_btl_doorbell_sendi,
+        .btl_dump = mca_btl_base_dump,
+        .btl_register_error = doorbell_register_error,
+    },
+};
+
+/* ------------------------------------------------------------------ */
+/* endpoint class                                                      */
+
+static void endpoint_construct(mca_btl_doorbell_endpoint_t *ep)
+{
+    ep->proc = NULL;
+    ep->task = UINT32_MAX;
+    ep->path = 0;
+    OBJ_CONSTRUCT(&ep->pending, opal_list_t);
+    ep->npending = 0;
+    ep->on_pending_list = false;
+    ep->deleted = false;
+    ep->lost = false;
+}
+
+static void endpoint_destruct(mca_btl_doorbell_endpoint_t *ep)
+{
+    OBJ_DESTRUCT(&ep->pending);
+}
+
+OBJ_CLASS_INSTANCE(mca_btl_doorbell_endpoint_t, opal_list_item_t, endpoint_construct,
+                   endpoint_destruct);
+
+/* ------------------------------------------------------------------ */
+/* setup                                                               */
+
+static int init_frag_list(opal_free_list_t *list, size_t bufsize)
+{
+    mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
+
+    OBJ_CONSTRUCT(list, opal_free_list_t);
+    return opal_free_list_init(list, sizeof(mca_btl_doorbell_frag_t) + bufsize,
+                               opal_cache_line_size, OBJ_CLASS(mca_btl_doorbell_frag_t), 0,
+                               opal_cache_line_size, c->free_list_num, c->free_list_max,
+                               c->free_list_inc, NULL, 0, NULL, mca_btl_doorbell_frag_init, list);
+}
+
+int mca_btl_doorbell_module_init(mca_btl_doorbell_module_t *module, doorbell_endpoint *core,
+                                 uint32_t my_task)
+{
+    mca_btl_base_module_t *m = &module->super;
+    int rc;
+
+    module->core = core;
+    module->my_task = my_task;
+    module->error_cb = NULL;
+
+    /* eager covers alloc() of eager-size messages, in-place headers and the
+     * rendezvous first fragment; max covers prepare_src packing up to
+     * max_send_size */
+    module->eager_frag_size = m->btl_eager_limit > m->btl_rndv_eager_limit
+                                  ? m->btl_eager_limit
+                                  : m->btl_rndv_eager_limit;
+    module->max_frag_size = m->btl_max_send_size > module->eager_frag_size
+                                ? m->btl_max_send_size
+                                : module->eager_frag_size;
+
+    rc = init_frag_list(&module->eager_frags, module->eager_frag_size);
+    if (OPAL_SUCCESS != rc) {
+        OBJ_DESTRUCT(&module->eager_frags);
+        return rc;
+    }
+    rc = init_frag_list(&module->max_frags, module->max_frag_size);
+    if (OPAL_SUCCESS != rc) {
+        OBJ_DESTRUCT(&module->max_frags);
+        OBJ_DESTRUCT(&module->eager_frags);
+        return rc;
+    }
+
+    OBJ_CONSTRUCT(&module->lock, opal_mutex_t);
+    OBJ_CONSTRUCT(&module->completed_lock, opal_mutex_t);
+    OBJ_CONSTRUCT(&module->completed, opal_list_t);
+    OBJ_CONSTRUCT(&module->pending_lock, opal_mutex_t);
+    OBJ_CONSTRUCT(&module->pending_endpoints, opal_list_t);
+    module->peers = NULL;
+    module->npeers_alloc = 0;
+    module->ncompleted = 0;
+    module->npending = 0;
+    module->progress_busy = 0;
+    module->send_activity = 0;
+    module->last_call_ns = 0;
+    module->last_event_ns = 0;
+    module->sleep_checked = false;
+    module->sleep_allowed = false;
+    module->finalizing = false;
+    module->sleeps = 0;
+    module->sleep_timeouts = 0;
+    module->sends_queued = 0;
+    return OPAL_SUCCESS;
+}
+
+static int doorbell_register_error(struct mca_btl_base_module_t *btl,
+                                   mca_btl_base_module_error_cb_fn_t cbfunc)
+{
+    ((mca_btl_doorbell_module_t *) btl)->error_cb = cbfunc;
+    return OPAL_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* procs                                                               */
+
+static int ensure_peer_slot(mca_btl_doorbell_module_t *module, uint32_t task)
+{
+    uint32_t n;
+    mca_btl_doorbell_endpoint_t **grown;
+
+    if (task < module->npeers_alloc) {
+        return OPAL_SUCCESS;
+    }
+    n = module->npeers_alloc ? module->npeers_alloc : 64;
+    while (n <= task) {
+        n *= 2;
+    }
+    if (n > DOORBELL_MAX_TASKS) {
+        n = DOORBELL_MAX_TASKS;
+    }
+    grown = realloc(module->peers, n * sizeof(*grown));
+    if (NULL == grown) {
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
+    memset(grown + module->npeers_alloc, 0, (n - module->npeers_alloc) * sizeof(*grown));
+    module->peers = grown;
+    module->npeers_alloc = n;
+    return OPAL_SUCCESS;
+}
+
+/* Connect one proc: modex blob -> doorbell_connect -> endpoint.  Returns
+ * NULL (proc unreachable by this BTL) on any failure, with the reason in
+ * the verbose output. */
+static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *module,
+                                                 struct opal_proc_t *proc)
+{
+    mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
+    mca_btl_doorbell_endpoint_t *ep;
+    uint8_t *blob = NULL;
+    size_t blob_len = 0;
+    uint32_t task = UINT32_MAX;
+    int rc, path;
+    bool ompi_local, core_local;
+
+    if (proc->proc_name.jobid != OPAL_PROC_MY_NAME.jobid) {
+        /* task ids are vpids, unique only within one job */
+        opal_output_verbose(10, c->output, "btl doorbell: %s is in another job; not reachable",
+                            OPAL_NAME_PRINT(proc->proc_name));
+        return NULL;
+    }
+    if (proc->proc_name.vpid >= DOORBELL_MAX_TASKS) {
+        return NULL;
+    }
+    if (OPAL_SUCCESS != ensure_peer_slot(module, proc->proc_name.vpid)) {
+        return NULL;
+    }
+    ep = module->peers[proc->proc_name.vpid];
+    if (NULL != ep) {
+        /* add_procs for a proc we already know: reuse */
+        ep->deleted = false;
+        return ep;
+    }
+
+    rc = mca_btl_doorbell_modex_recv(proc, &blob, &blob_len);
+    if (OPAL_SUCCESS != rc || NULL == blob) {
+        opal_output_verbose(1, c->output,
+                            "btl doorbell: no doorbell address from %s (error %d); not reachable",
+                            OPAL_NAME_PRINT(proc->proc_name), rc);
+        return NULL;
+    }
+    rc = doorbell_connect(module->core, blob, blob_len, &task);
+    free(blob);
+    if (DOORBELL_OK != rc) {
+        opal_output(0, "btl doorbell: connecting to %s failed: %s (%d)",
+                    OPAL_NAME_PRINT(proc->proc_name), doorbell_error_string(rc), rc);
+        return NULL;
+    }
+    if (task != proc->proc_name.vpid) {
+        opal_output(0, "btl doorbell: address of %s names task %u; expected %u",
+                    OPAL_NAME_PRINT(proc->proc_name), task, (unsigned) proc->proc_name.vpid);
+        return NULL;
+    }
+
+    path = doorbell_peer_path(module->core, task);
+    if (path < 0) {
+        opal_output(0, "btl doorbell: no path to %s: %s (%d)", OPAL_NAME_PRINT(proc->proc_name),
+                    doorbell_error_string(path), path);
+        return NULL;
+    }
+
+    /* node_id is a hash of the node name; Open MPI's own locality comes from
+     * the runtime.  If they disagree, one of them is wrong and shm/tcp
+     * selection with it. */
+    ompi_local = OPAL_PROC_ON_LOCAL_NODE(proc->proc_flags);
+    core_local = (1 == path);
+    if (!c->force_tcp && ompi_local != core_local) {
+        opal_output(0, "btl doorbell: warning: Open MPI says %s is %s this node but the "
+                       "doorbell core reaches it over %s",
+                    OPAL_NAME_PRINT(proc->proc_name), ompi_local ? "on" : "not on",
+                    mca_btl_doorbell_path_name(path));
+    }
+
+    ep = OBJ_NEW(mca_btl_doorbell_endpoint_t);
+    if (NULL == ep) {
+        return NULL;
+    }
+    ep->proc = proc;
+    ep->task = task;
+    ep->path = path;
+    module->peers[task] = ep;
+
+    opal_output_verbose(10, c->output, "btl doorbell: task %u -> %s is task %u via %s",
+                        module->my_task, OPAL_NAME_PRINT(proc->proc_name), task,
+                        mca_btl_doorbell_path_name(path));
+    return ep;
+}
+
+int mca_btl_doorbell_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
+                               struct opal_proc_t **procs,
+                               struct mca_btl_base_endpoint_t **endpoints,
+                               struct opal_bitmap_t *reachable)
+{
+    mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) btl;
+    int rc = OPAL_SUCCESS;
+
+    OPAL_THREAD_LOCK(&module->lock);
+    for (size_t i = 0; i < nprocs; ++i) {
+        mca_btl_doorbell_endpoint_t *ep = connect_proc(module, procs[i]);
+
+        endpoints[i] = ep;
+        if (NULL != ep && NULL != reachable) {
+            rc = opal_bitmap_set_bit(reachable, (int) i);
+            if (OPAL_SUCCESS != rc) {
+                break;
+            }
+        }
+    }
+    OPAL_THREAD_UNLOCK(&module->lock);
+    return rc;
+}
+
+/* finalize: ob1 is gone, so whatever still arrives is dropped */
+static void discard_cb(void *ctx, uint32_t task, uint32_t window, uint8_t tag,
+                       const uint8_t *data, size_t len)
+{
+    (void) ctx; (void) task; (void) window; (void) tag; (void) data; (void) len;
+}
+
+/* Push an endpoint's refused sends for up to timeout_ns; whatever is still
+ * queued afterwards is completed with an error so nothing leaks. */
+static void drain_endpoint(mca_btl_doorbell_module_t *module, mca_btl_doorbell_endpoint_t *ep,
+                           uint64_t timeout_ns, bool deliver)
+{
+    uint64_t deadline = mca_btl_doorbell_now_ns() + timeout_ns;
+    opal_list_t left;
+    mca_btl_doorbell_frag_t *frag;
+
+    while (ep->npending && !ep->lost && mca_btl_doorbell_now_ns() < deadline) {
+        (void) mca_btl_doorbell_retry_pending(module);
+        (void) doorbell_progress(module->core, MCA_BTL_DOORBELL_WINDOW,
+                                 deliver ? mca_btl_doorbell_recv_cb : discard_cb, module, NULL);
+        (void) mca_btl_doorbell_drain_completed(module);
+    }
+
+    OBJ_CONSTRUCT(&left, opal_list_t);
+    OPAL_THREAD_LOCK(&module->pending_lock);
+    while (NULL != (frag = (mca_btl_doorbell_frag_t *) opal_list_remove_first(&ep->pending))) {
+        ep->npending--;
+        OPAL_THREAD_ADD_FETCH32(&module->npending, -1);
+        opal_list_append(&left, (opal_list_item_t *) frag);
+    }
+    if (ep->on_pending_list) {
+        opal_list_remove_item(&module->pending_endpoints, &ep->super);
+        ep->on_pending_list = false;
+    }
+    OPAL_THREAD_UNLOCK(&module->pending_lock);
+
+    while (NULL != (frag = (mca_btl_doorbell_frag_t *) opal_list_remove_first(&left))) {
+        mca_btl_doorbell_frag_complete(module, frag, OPAL_ERR_UNREACH);
+    }
+    OBJ_DESTRUCT(&left);
+}
+
+int mca_btl_doorbell_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
+                               struct opal_proc_t **procs,
+                               struct mca_btl_base_endpoint_t **endpoints)
+{
+    mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) btl;
+
+    (void) procs;
+    for (size_t i = 0; i < nprocs; ++i) {
+        mca_btl_doorbell_endpoint_t *ep = endpoints[i];
+        if (NULL == ep) {
+            continue;
+        }
+        drain_endpoint(module, ep, 5000000000ull, true);
+        /* the struct stays in module->peers until finalize (verbose report) */
+        ep->deleted = true;
+    }
+    return OPAL_SUCCESS;
+}
+
+static void report_counters(mca_btl_doorbell_module_t *module)
+{
+    mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
+    doorbell_counters k;
+    int rc;
+
+    memset(&k, 0, sizeof(k));
+    rc = doorbell_counters_get(module->core, &k);
+    if (DOORBELL_OK != rc) {
+        opal_output(0, "btl doorbell: rank %u: counters unavailable: %s", module->my_task,
+                    doorbell_error_string(rc));
+        return;
+    }
+    opal_output_verbose(1, c->output,
+                        "btl doorbell: rank %u counters: notifies_sent=%llu notifies_skipped=%llu "
+                        "wakeups=%llu spurious_wakeups=%llu shm_sent=%llu shm_received=%llu "
+                        "tcp_sent=%llu tcp_received=%llu shm_wakeups=%llu tcp_wakeups=%llu "
+                        "peers_lost=%llu strangers_rejected=%llu sleeps=%llu sleep_timeouts=%llu "
+                        "sends_queued=%llu",
+                        module->my_task, (unsigned long long) k.notifies_sent,
+                        (unsigned long long) k.notifies_skipped, (unsigned long long) k.wakeups,
+                        (unsigned long long) k.spurious_wakeups, (unsigned long long) k.shm_sent,
+                        (unsigned long long) k.shm_received, (unsigned long long) k.tcp_sent,
+                        (unsigned long long) k.tcp_received, (unsigned long long) k.shm_wakeups,
+                        (unsigned long long) k.tcp_wakeups, (unsigned long long) k.peers_lost,
+                        (unsigned long long) k.strangers_rejected,
+                        (unsigned long long) module->sleeps,
+                        (unsigned long long) module->sleep_timeouts,
+                        (unsigned long long) module->sends_queued);
+
+    for (uint32_t t = 0; t < module->npeers_alloc; ++t) {
+        mca_btl_doorbell_endpoint_t *ep = module->peers[t];
+        int path;
+
+        if (NULL == ep) {
+            continue;
+        }
+        path = doorbell_peer_path(module->core, t);
+        opal_output_verbose(1, c->output, "btl doorbell: rank %u peer %u path=%s%s",
+                            module->my_task, t,
+                            mca_btl_doorbell_path_name(path > 0 ? path : ep->path),
+                            ep->lost ? " (lost)" : "");
+    }
+}
+
+int mca_btl_doorbell_finalize(struct mca_btl_base_module_t *btl)
+{
+    mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) btl;
+    int rc;
+
+    if (NULL == module->core) {
+        return OPAL_SUCCESS;
+    }
+    module->finalizing = true;
+    /* progress must not run against a destroyed core */
+    mca_btl_doorbell_component.module = NULL;
+
+    for (uint32_t t = 0; t < module->npeers_alloc; ++t) {
+        if (NULL != module->peers[t]) {
+            drain_endpoint(module, module->peers[t], 5000000000ull, false);
+        }
+    }
+    (void) mca_btl_doorbell_drain_completed(module);
+
+    rc = doorbell_flush(module->core, 5000000);
+    if (DOORBELL_OK != rc) {
+        opal_output_verbose(1, mca_btl_doorbell_component.output,
+                            "btl doorbell: rank %u: flush at finalize: %s", module->my_task,
+                            doorbell_error_string(rc));
+    }
+
+    if (mca_btl_doorbell_component.verbose >= 1) {
+        report_counters(module);
+    }
+
+    /* unlinks every shared-memory file this rank created */
+    rc = doorbell_endpoint_destroy(module->core);
+    if (DOORBELL_OK != rc) {
+        opal_output(0, "btl doorbell: rank %u: endpoint destroy: %s", module->my_task,
+                    doorbell_error_string(rc));
+    }
+    module->core = NULL;
+
+    for (uint32_t t = 0; t < module->npeers_alloc; ++t) {
+        if (NULL != module->peers[t]) {
+            OBJ_RELEASE(module->peers[t]);
+        }
+    }
+    free(module->peers);
+    module->peers = NULL;
+    module->npeers_alloc = 0;
+
+    OBJ_DESTRUCT(&module->pending_endpoints);
+    OBJ_DESTRUCT(&module->pending_lock);
+    OBJ_DESTRUCT(&module->completed);
+    OBJ_DESTRUCT(&module->completed_lock);
+    OBJ_DESTRUCT(&module->lock);
+    OBJ_DESTRUCT(&module->max_frags);
+    OBJ_DESTRUCT(&module->eager_frags);
+    return OPAL_SUCCESS;
+}
+
+void mca_btl_doorbell_peer_lost(mca_btl_doorbell_module_t *module, uint32_t task)
+{
+    mca_btl_doorbell_endpoint_t *ep = task < module->npeers_alloc ? module->peers[task] : NULL;
+    char msg[256];
+
+    if (NULL != ep) {
+        if (ep->lost) {
+            return;
+        }
+        ep->lost = true;
+    }
+
+    /* After MPI_Finalize's barrier peers exit whenever they like. */
+    if (module->finalizing || mca_btl_doorbell_mpi_finalizing()) {
+        opal_output_verbose(10, mca_btl_doorbell_component.output,
+                            "btl doorbell: rank %u: peer %u left during finalize", module->my_task,
+                            task);
+        return;
+    }
+
+    snprintf(msg, sizeof(msg),
+             "btl doorbell: rank %u lost peer task %u (the process exited or was killed)",
+             module->my_task, task);
+    mca_btl_doorbell_show_help(false, "peer-lost",
+                               "rank %u lost contact with rank %u on host %s: %s",
+                               module->my_task, task,
+                               opal_process_info.nodename ? opal_process_info.nodename : "?",
+                               "the peer process exited or was killed; aborting the job");
+    /* The abort below skips btl_finalize, so this rank's segments would stay
+     * in /dev/shm (peers reap the files only of ranks that die before them).
+     * Destroy now -- unless other threads may be inside the core. */
+    if (!opal_using_threads() && NULL != module->core) {
+        doorbell_endpoint *core = module->core;
+        mca_btl_doorbell_component.module = NULL;
+        module->core = NULL;
+        (void) doorbell_endpoint_destroy(core);
+    }
+    if (NULL != module->error_cb) {
+        /* ob1's handler aborts the job through the runtime */
+        module->error_cb(&module->super, MCA_BTL_ERROR_FLAGS_FATAL,
+                         NULL != ep ? ep->proc : NULL, msg);
+    }
+    /* no handler, or it returned: a rank that lost a peer cannot go on */
+    opal_output(0, "%s; exiting", msg);
+    exit(1);
+}
+
+/* ------------------------------------------------------------------ */
+/* descriptors                                                         */
+
+mca_btl_base_descriptor_t *mca_btl_doorbell_alloc(struct mca_btl_base_module_t *btl,
+                                                  struct mca_btl_base_endpoint_t *endpoint,
+                                                  uint8_t order, size_t size, uint32_t flags)
+{
+    mca_btl_doorbell_frag_t *frag;
+
+    frag = mca_btl_doorbell_frag_get((mca_btl_doorbell_module_t *) btl, size);
+    if (OPAL_UNLIKELY(NULL == frag)) {
+        return NULL;
+    }
+    frag->endpoint = endpoint;
+    frag->base.des_flags = flags;
+    frag->base.order = order;
+    return &frag->base;
+}
+
+int mca_btl_doorbell_free(struct mca_btl_base_module_t *btl, mca_btl_base_descriptor_t *des)
+{
+    (void) btl;
+    mca_btl_doorbell_frag_return((mca_btl_doorbell_frag_t *) des);
+    return OPAL_SUCCESS;
+}
+
+mca_btl_base_descriptor_t *mca_btl_doorbell_prepare_src(struct mca_btl_base_module_t *btl,
+                                                        struct mca_btl_base_endpoint_t *endpoint,
+                                                        struct opal_convertor_t *convertor,
+                                                        uint8_t order, size_t reserve,
+                                                        size_t *size, uint32_t flags)
+{
+    mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) btl;
+    mca_btl_doorbell_frag_t *frag;
+    struct iovec iov;
+    uint32_t iov_count = 1;
+    size_t max_data = *size;
+    int rc;
+
+    if (reserve + max_data > module->max_frag_size) {
+        if (reserve >= module->max_frag_size) {
+            return NULL;
+        }
+        max_data = module->max_frag_size - reserve;
+    }
+
+    if (opal_convertor_need_buffers(convertor)) {
+        /* non-contiguous: pack into the fragment's own buffer */
+        frag = mca_btl_doorbell_frag_get(module, reserve + max_data);
+        if (OPAL_UNLIKELY(NULL == frag)) {
+            return NULL;
+        }
+        iov.iov_base = (IOVBASE_TYPE *) (frag->buf + reserve);
+        iov.iov_len = max_data;
+        rc = opal_convertor_pack(convertor, &iov, &iov_count, &max_data);
+        if (OPAL_UNLIKELY(rc < 0)) {
+            mca_btl_doorbell_frag_return(frag);
+            return NULL;
+        }
+        frag->segments[0].seg_len = reserve + max_data;
+    } else {
+        /* contiguous: header in segment 0, user data by reference in
+         * segment 1; packing with a NULL base returns the user pointer and
+         * advances the convertor */
+        frag = mca_btl_doorbell_frag_get(module, reserve);
+        if (OPAL_UNLIKELY(NULL == frag)) {
+            return NULL;
+        }
+        iov.iov_base = NULL;
+        iov.iov_len = max_data;
+        rc = opal_convertor_pack(convertor, &iov, &iov_count, &max_data);
+        if (OPAL_UNLIKELY(rc < 0)) {
+            mca_btl_doorbell_frag_return(frag);
+            return NULL;
+        }
+        frag->segments[0].seg_len = reserve;
+        if (max_data > 0) {
+            frag->segments[1].seg_addr.pval = iov.iov_base;
+            frag->segments[1].seg_len = max_data;
+            frag->base.des_segment_count = 2;
+        }
+    }
+
+    *size = max_data;
+    frag->endpoint = endpoint;
+    frag->base.des_flags = flags;
+    frag->base.order = order;
+    return &frag->base;
+}
+
+/* ------------------------------------------------------------------ */
+/* sending                                                             */
+
+static inline int core_to_opal(int rc)
+{
+    switch (rc) {
+    case DOORBELL_ERR_WOULD_BLOCK:
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    case DOORBELL_ERR_UNKNOWN_TASK:
+    case DOORBELL_ERR_PEER_LOST:
+    case DOORBELL_ERR_NETWORK:
+        return OPAL_ERR_UNREACH;
+    case DOORBELL_ERR_BAD_LENGTH:
+    case DOORBELL_ERR_INVALID_ARGUMENT:
+        return OPAL_ERR_BAD_PARAM;
+    default:
+        return OPAL_ERROR;
+    }
+}
+
+/* After every successful send: ring our own doorbell (free unless a thread
+ * of this rank sleeps in progress: then it wakes and sees the completion),
+ * and mark activity so the adaptive mode keeps spinning for spin_us --
+ * a reply usually follows a send. */
+static inline void after_send(mca_btl_doorbell_module_t *module)
+{
+    (void) doorbell_local_notify(module->core, module->my_task, MCA_BTL_DOORBELL_WINDOW);
+    module->send_activity = 1;
+}
+
+static inline int frag_sendv(mca_btl_doorbell_module_t *module, mca_btl_doorbell_frag_t *frag,
+                             uint32_t task, mca_btl_base_tag_t tag)
+{
+    doorbell_iovec iov[2];
+    size_t n = frag->base.des_segment_count;
+
+    for (size_t i = 0; i < n; ++i) {
+        iov[i].base = frag->segments[i].seg_addr.pval;
+        iov[i].len = (size_t) frag->segments[i].seg_len;
+    }
+    return doorbell_sendv(module->core, task, MCA_BTL_DOORBELL_WINDOW, tag, iov, n);
+}
+
+static void queue_completed(mca_btl_doorbell_module_t *module, mca_btl_doorbell_frag_t *frag)
+{
+    OPAL_THREAD_LOCK(&module->completed_lock);
+    opal_list_append(&module->completed, (opal_list_item_t *) frag);
+    OPAL_THREAD_UNLOCK(&module->completed_lock);
+    OPAL_THREAD_ADD_FETCH32(&module->ncompleted, 1);
+}
+
+/* Caller holds module->pending_lock. */
+static void queue_pending_locked(mca_btl_doorbell_module_t *module,
+                                 mca_btl_doorbell_endpoint_t *ep, mca_btl_doorbell_frag_t *frag,
+                                 mca_btl_base_tag_t tag)
+{
+    frag->tag = tag;
+    /* ob1 must now wait for the callback: we return OPAL_SUCCESS, not 1 */
+    frag->base.des_flags |= MCA_BTL_DES_SEND_ALWAYS_CALLBACK;
+    opal_list_append(&ep->pending, (opal_list_item_t *) frag);
+    ep->npending++;
+    OPAL_THREAD_ADD_FETCH32(&module->npending, 1);
+    module->sends_queued++;
+    if (!ep->on_pending_list) {
+        ep->on_pending_list = true;
+        opal_list_append(&module->pending_endpoints, &ep->super);
+    }
+}
+
+int mca_btl_doorbell_send(struct mca_btl_base_module_t *btl,
+                          struct mca_btl_base_endpoint_t *endpoint,
+                          struct mca_btl_base_descriptor_t *descriptor, mca_btl_base_tag_t tag)
+{
+    mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) btl;
+    mca_btl_doorbell_frag_t *frag = (mca_btl_doorbell_frag_t *) descriptor;
+    int rc;
+
+    if (OPAL_UNLIKELY(endpoint->lost)) {
+        return OPAL_ERR_UNREACH;
+    }
+    frag->endpoint = endpoint;
+
+    /* keep order behind sends the core refused earlier */
+    if (OPAL_UNLIKELY(endpoint->npending)) {
+        OPAL_THREAD_LOCK(&module->pending_lock);
+        if (endpoint->npending) {
+            queue_pending_locked(module, endpoint, frag, tag);
+            OPAL_THREAD_UNLOCK(&module->pending_lock);
+            return OPAL_SUCCESS;
+        }
+        OPAL_THREAD_UNLOCK(&module->pending_lock);
+    }
+
+    rc = frag_sendv(module, frag, endpoint->task, tag);
+    if (OPAL_LIKELY(DOORBELL_OK == rc)) {
+        after_send(module);
+        if (frag->base.des_flags & MCA_BTL_DES_SEND_ALWAYS_CALLBACK) {
+            queue_completed(module, frag);
+            return OPAL_SUCCESS;
+        }
+        if (frag->base.des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP) {
+            mca_btl_doorbell_frag_return(frag);
+        }
+        return 1;
+    }
+
+    if (DOORBELL_ERR_WOULD_BLOCK == rc) {
+        OPAL_THREAD_LOCK(&module->pending_lock);
+        queue_pending_locked(module, endpoint, frag, tag);
+        OPAL_THREAD_UNLOCK(&module->pending_lock);
+        return OPAL_SUCCESS;
+    }
+
+    opal_output_verbose(1, mca_btl_doorbell_component.output,
+                        "btl doorbell: send to task %u failed: %s (%d)", endpoint->task,
+                        doorbell_error_string(rc), rc);
+    return core_to_opal(rc);
+}
+
+int mca_btl_doorbell_sendi(struct mca_btl_base_module_t *btl,
+                           struct mca_btl_base_endpoint_t *endpoint,
+                           struct opal_convertor_t *convertor, void *header, size_t header_size,
+                           size_t payload_size, uint8_t order, uint32_t flags,
+                           mca_btl_base_tag_t tag, mca_btl_base_descriptor_t **descriptor)
+{
+    mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) btl;
+    mca_btl_doorbell_frag_t *frag = NULL;
+    int rc;
+
+    if (OPAL_UNLIKELY(endpoint->lost)) {
+        if (descriptor) {
+            *descriptor = NULL;
+        }
+        return OPAL_ERR_UNREACH;
+    }
+    if (OPAL_UNLIKELY(endpoint->npending)) {
+        rc = DOORBELL_ERR_WOULD_BLOCK;
+        goto refused;
+    }
+
+    if (0 == payload_size || !opal_convertor_need_buffers(convertor)) {
+        /* header and user data go straight to the core, which copies both */
+        doorbell_iovec iov[2];
+        void *data = NULL;
+        size_t n = 1;
+
+        iov[0].base = header;
+        iov[0].len = header_size;
+        if (payload_size) {
+            opal_convertor_get_current_pointer(convertor, &data);
+            iov[1].base = data;
+            iov[1].len = payload_size;
+            n = 2;
+        }
+        rc = doorbell_sendv(module->core, endpoint->task, MCA_BTL_DOORBELL_WINDOW, tag, iov, n);
+    } else {
+        /* non-contiguous: pack header + payload into a fragment first */
+        struct iovec iov;
+        uint32_t iov_count = 1;
+        size_t max_data = payload_size;
+
+        frag = mca_btl_doorbell_frag_get(module, header_size + payload_size);
+        if (OPAL_UNLIKELY(NULL == frag)) {
+            if (descriptor) {
+                *descriptor = NULL;
+            }
+            return OPAL_ERR_OUT_OF_RESOURCE;
+        }
+        memcpy(frag->buf, header, header_size);
+        iov.iov_base = (IOVBASE_TYPE *) (frag->buf + header_size);
+        iov.iov_len = payload_size;
+        rc = opal_convertor_pack(convertor, &iov, &iov_count, &max_data);
+        if (OPAL_UNLIKELY(rc < 0)) {
+            mca_btl_doorbell_frag_return(frag);
+            if (descriptor) {
+                *descriptor = NULL;
+            }
+            return OPAL_ERROR;
+        }
+        frag->segments[0].seg_len = header_size + max_data;
+        rc = doorbell_send(module->core, endpoint->task, MCA_BTL_DOORBELL_WINDOW, tag, frag->buf,
+                           header_size + max_data);
+    }
+
+    if (OPAL_LIKELY(DOORBELL_OK == rc)) {
+        after_send(module);
+        if (NULL != frag) {
+            mca_btl_doorbell_frag_return(frag);
+        }
+        return OPAL_SUCCESS;
+    }
+
+refused:
+    if (DOORBELL_ERR_WOULD_BLOCK == rc) {
+        /* Hand ob1 a descriptor big enough for header + payload; it packs
+         * into it (resetting its convertor) and calls btl_send, which
+         * queues behind the refused sends. */
+        if (descriptor) {
+            if (NULL == frag) {
+                frag = mca_btl_doorbell_frag_get(module, header_size + payload_size);
+            }
+            if (NULL != frag) {
+                frag->segments[0].seg_len = header_size + payload_size;
+                frag->base.des_segment_count = 1;
+                frag->endpoint = endpoint;
+                frag->base.des_flags = flags;
+                frag->base.order = order;
+            }
+            *descriptor = NULL != frag ? &frag->base : NULL;
+        } else if (NULL != frag) {
+            mca_btl_doorbell_frag_return(frag);
+        }
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
+
+    if (NULL != frag) {
+        mca_btl_doorbell_frag_return(frag);
+    }
+    if (descriptor) {
+        *descriptor = NULL;
+    }
+    opal_output_verbose(1, mca_btl_doorbell_component.output,
+                        "btl doorbell: sendi to task %u failed: %s (%d)", endpoint->task,
+                        doorbell_error_string(rc), rc);
+    return core_to_opal(rc);
+}
+
+/* ------------------------------------------------------------------ */
+/* called from progress                                                */
+
+int mca_btl_doorbell_drain_completed(mca_btl_doorbell_module_t *module)
+{
+    opal_list_t batch;
+    mca_btl_doorbell_frag_t *frag;
+    int n = 0;
+
+    /* take the whole list at once: callbacks may send and queue more */
+    OBJ_CONSTRUCT(&batch, opal_list_t);
+    OPAL_THREAD_LOCK(&module->completed_lock);
+    opal_list_join(&batch, opal_list_get_end(&batch), &module->completed);
+    OPAL_THREAD_UNLOCK(&module->completed_lock);
+
+    while (NULL != (frag = (mca_btl_doorbell_frag_t *) opal_list_remove_first(&batch))) {
+        OPAL_THREAD_ADD_FETCH32(&module->ncompleted, -1);
+        mca_btl_doorbell_frag_complete(module, frag, OPAL_SUCCESS);
+        ++n;
+    }
+    OBJ_DESTRUCT(&batch);
+    return n;
+}
+
+/* Retry refused sends, per endpoint in order, stopping at an endpoint's
+ * first refusal.  Completions run after the lock is dropped: their
+ * callbacks may send again. */
+int mca_btl_doorbell_retry_pending(mca_btl_doorbell_module_t *module)
+{
+    mca_btl_doorbell_endpoint_t *ep, *next;
+    mca_btl_doorbell_frag_t *frag;
+    opal_list_t done;
+    int n = 0;
+
+    OBJ_CONSTRUCT(&done, opal_list_t);
+    OPAL_THREAD_LOCK(&module->pending_lock);
+    OPAL_LIST_FOREACH_SAFE(ep, next, &module->pending_endpoints, mca_btl_doorbell_endpoint_t) {
+        while (NULL != (frag = (mca_btl_doorbell_frag_t *) opal_list_get_first(&ep->pending)) &&
+               frag != (mca_btl_doorbell_frag_t *) opal_list_get_end(&ep->pending)) {
+            int rc = frag_sendv(module, frag, ep->task, frag->tag);
+            if (DOORBELL_ERR_WOULD_BLOCK == rc) {
+                break;
+            }
+            opal_list_remove_item(&ep->pending, (opal_list_item_t *) frag);
+            ep->npending--;
+            OPAL_THREAD_ADD_FETCH32(&module->npending, -1);
+            frag->status = rc;
+            opal_list_append(&done, (opal_list_item_t *) frag);
+        }
+        if (0 == ep->npending) {
+            opal_list_remove_item(&module->pending_endpoints, &ep->super);
+            ep->on_pending_list = false;
+        }
+    }
+    OPAL_THREAD_UNLOCK(&module->pending_lock);
+
+    while (NULL != (frag = (mca_btl_doorbell_frag_t *) opal_list_remove_first(&done))) {
+        if (DOORBELL_OK == frag->status) {
+            after_send(module);
+        } else {
+            opal_output_verbose(1, mca_btl_doorbell_component.output,
+                                "btl doorbell: queued send to task %u failed: %s (%d)",
+                                frag->endpoint->task, doorbell_error_string(frag->status),
+                                frag->status);
+        }
+        mca_btl_doorbell_frag_complete(module, frag,
+                                       DOORBELL_OK == frag->status ? OPAL_SUCCESS
+                                                                   : core_to_opal(frag->status));
+        ++n;
+    }
+    OBJ_DESTRUCT(&done);
+    return n;
+}

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# check.sh -- build, install and check the doorbell BTL component.
+#
+#   ompi/check.sh            (needs target/release/libdoorbell.a: cargo build --release)
+#
+# Environment: CORE_LIB (default target/release/libdoorbell.a) and
+# INSTALLDIR (default ~/.openmpi/components, which Open MPI scans with no
+# flags; any other directory is added to mca_base_component_path here).
+# Needs: gcc make openmpi-bin libopenmpi-dev.  About 1 minute.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+TOP="$(cd "$HERE/.." && pwd)"
+INSTALLDIR="${INSTALLDIR:-$HOME/.openmpi/components}"
+CORE_LIB="${CORE_LIB:-$TOP/target/release/libdoorbell.a}"
+WORK="$(mktemp -d /tmp/doorbell-btl-check.XXXXXX)"
+trap 'rm -rf "$WORK"' EXIT
+
+if [ "$INSTALLDIR" != "$HOME/.openmpi/components" ]; then
+    # replacing the path drops the default: keep the system directory in it
+    export OMPI_MCA_mca_base_component_path="/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3:$INSTALLDIR"
+fi
+MPIRUN=(timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe --mca pml ob1)
+
+passed=0
+failed=0
+pass() { echo "PASS: $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
+# run NAME CMD...: PASS if CMD exits 0; its output is kept in $WORK/NAME.out
+run() {
+    local name="$1"; shift
+    if "$@" >"$WORK/$name.out" 2>&1; then pass "$name"; return 0; fi
+    fail "$name (exit $?)"; sed 's/^/    /' "$WORK/$name.out" | tail -20; return 1
+}
+# grep_in NAME PATTERN DESCRIPTION: PASS if NAME's output matches
+grep_in() {
+    if grep -Eq -- "$2" "$WORK/$1.out"; then pass "$3"; else fail "$3"; sed 's/^/    /' "$WORK/$1.out" | tail -20; fi
+}
+
+# ---- build and install ----------------------------------------------------
+# clean first: a different CORE_LIB with an older timestamp would not relink
+if run build make -C "$TOP/ompi" CORE_LIB="$CORE_LIB" clean all && \
+   run install make -C "$TOP/ompi" CORE_LIB="$CORE_LIB" INSTALLDIR="$INSTALLDIR" install; then
+    so="$INSTALLDIR/mca_btl_doorbell.so"
+    exports="$(nm -D --defined-only "$so" | awk '{print $3}' | sort -u | tr '\n' ' ')"
+    if [ "$exports" = "mca_btl_doorbell_component " ]; then
+        pass "exports only mca_btl_doorbell_component"
+    else
+        fail "exports only mca_btl_doorbell_component (got: $exports)"
+    fi
+    # (no `nm | grep -q`: grep's early exit + pipefail would fail the pipe)
+    syms="$(nm "$so" 2>/dev/null || true)"
+    if grep -Eq ' [tT] doorbell_endpoint_create$' <<<"$syms"; then
+        pass "core linked statically"
+    else
+        fail "core linked statically (doorbell_endpoint_create not inside the .so)"
+    fi
+else
+    echo "$passed passed, $((failed + 1)) failed"
+    exit 1
+fi
+
+mpicc.openmpi -O2 -o "$WORK/btl_probe" "$HERE/tests/btl_probe.c"
+
+# ---- visible to Open MPI without flags ------------------------------------
+run ompi_info timeout 60 ompi_info || true
+grep_in ompi_info '^ *MCA btl: doorbell ' "ompi_info lists MCA btl: doorbell"
+
+run ompi_info_params timeout 60 ompi_info --param btl doorbell --level 9 || true
+for p in wait_mode spin_us sleep_max_us ring_size if_include if_exclude port_min port_range \
+         force_tcp verbose eager_limit max_send_size; do
+    grep_in ompi_info_params "parameter \"btl_doorbell_$p\"" "parameter btl_doorbell_$p registered"
+done
+
+# ---- traffic, per path ----------------------------------------------------
+for np in 2 4; do
+    for tcp in 0 1; do
+        name="exchange_np${np}_tcp${tcp}"
+        run "$name" "${MPIRUN[@]}" -np "$np" --mca btl self,doorbell \
+            --mca btl_doorbell_force_tcp "$tcp" --mca btl_doorbell_verbose 1 \
+            "$WORK/btl_probe" exchange || true
+        want=$([ "$tcp" = 1 ] && echo tcp || echo shm)
+        # every rank names every other rank's path in its finalize report
+        n=$(grep -Ec "btl doorbell: rank [0-9]+ peer [0-9]+ path=$want" "$WORK/$name.out" || true)
+        if [ "$n" -ge $((np * (np - 1))) ]; then
+            pass "$name: all peers reached over $want"
+        else
+            fail "$name: all peers reached over $want (only $n of $((np * (np - 1))) reports)"
+        fi
+    done
+done
+
+run exchange_env env OMPI_MCA_btl=self,doorbell "${MPIRUN[@]}" -np 2 "$WORK/btl_probe" exchange || true
+
+# ---- sleeping ---------------------------------------------------------------
+# A rank blocked 2 s in MPI_Recv must sleep (vader or tcp: ~100% CPU).
+run idle_recv "${MPIRUN[@]}" -np 2 --mca btl self,doorbell --mca btl_doorbell_verbose 1 \
+    "$WORK/btl_probe" recv 2 || true
+cpu=$(awk '/^probe rank 1 mode recv/ {print $9}' "$WORK/idle_recv.out")
+if [ -n "$cpu" ] && awk -v c="$cpu" 'BEGIN {exit !(c < 10)}'; then
+    pass "MPI_Recv wait uses < 10% CPU (used ${cpu}%)"
+else
+    fail "MPI_Recv wait uses < 10% CPU (used ${cpu:-?}%)"
+fi
+# A rank computing between MPI_Test calls must never be put to sleep.
+run idle_compute "${MPIRUN[@]}" -np 2 --mca btl self,doorbell --mca btl_doorbell_verbose 1 \
+    "$WORK/btl_probe" compute 1 || true
+sleeps=$(sed -n 's/.*btl doorbell: rank 1 counters:.* sleeps=\([0-9]*\) .*/\1/p' "$WORK/idle_compute.out")
+tests=$(awk '/^probe rank 1 mode compute/ {print $11}' "$WORK/idle_compute.out")
+# Init/Finalize barriers may sleep a few times; the ~5000 MPI_Test calls must not.
+if [ -n "$sleeps" ] && [ -n "$tests" ] && [ "$tests" -gt 1000 ] && [ "$sleeps" -lt 20 ]; then
+    pass "compute loop with MPI_Test never sleeps ($sleeps sleeps in $tests tests)"
+else
+    fail "compute loop with MPI_Test never sleeps (${sleeps:-?} sleeps in ${tests:-?} tests)"
+fi
+# wait_mode=poll: never sleeps
+run idle_poll "${MPIRUN[@]}" -np 2 --mca btl self,doorbell --mca btl_doorbell_verbose 1 \
+    --mca btl_doorbell_wait_mode poll "$WORK/btl_probe" recv 1 || true
+grep_in idle_poll 'rank 1 counters:.* sleeps=0 ' "wait_mode=poll never sleeps"
+
+# ---- bad configuration: clear message, clean exit, no hang -----------------
+# With only self,doorbell allowed the job cannot run: it must end (non-zero)
+# well inside the timeout and say why, from our help file.
+bad_config() {
+    local name="$1" pattern="$2"; shift 2
+    local start=$SECONDS
+    if "${MPIRUN[@]}" -np 2 --mca btl self,doorbell "$@" "$WORK/btl_probe" exchange \
+        >"$WORK/$name.out" 2>&1; then
+        fail "$name: job should fail"
+    elif [ $((SECONDS - start)) -gt 60 ]; then
+        fail "$name: took $((SECONDS - start)) s"
+    else
+        grep_in "$name" "$pattern" "$name: clear message, clean exit"
+    fi
+}
+bad_config bad_wait_mode 'doorbell BTL has an invalid value' --mca btl_doorbell_wait_mode sometimes
+bad_config bad_ring_size 'Parameter: +btl_doorbell_ring_size' --mca btl_doorbell_ring_size 5000
+bad_config no_interface 'found no network interface' \
+    --mca btl_doorbell_force_tcp 1 --mca btl_doorbell_if_include no-such-if0
+
+# ---- a rank dies: the others must notice and the job end, leaving no files --
+start=$SECONDS
+"${MPIRUN[@]}" -np 3 --mca btl self,doorbell --mca btl_doorbell_verbose 10 \
+    "$WORK/btl_probe" die >"$WORK/peer_lost.out" 2>&1 && rc=0 || rc=$?
+took=$((SECONDS - start))
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -le 30 ]; then
+    pass "peer killed: job ends (exit $rc after ${took}s)"
+else
+    fail "peer killed: job ends (exit $rc after ${took}s)"
+fi
+grep_in peer_lost 'doorbell BTL lost contact' "peer killed: survivors report the lost peer"
+job=$(sed -n 's/.*btl doorbell: init task [0-9]* job \([^ ]*\) .*/\1/p' "$WORK/peer_lost.out")
+job=${job%%$'\n'*}   # every rank prints it; keep the first
+sleep 1
+left="$(ls /dev/shm 2>/dev/null | grep -F -- "${job:-no-job-key-found}" || true)"
+if [ -n "$job" ] && [ -z "$left" ]; then
+    pass "peer killed: no /dev/shm files of job $job left"
+else
+    fail "peer killed: no /dev/shm files of job ${job:-?} left ($(echo $left))"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,157 @@
+/* btl_probe.c -- small MPI programs for ompi/check.sh (component checks).
+ *   btl_probe exchange   every pair swaps contiguous and strided messages of
+ *                        eager, rendezvous and pipelined sizes; checks bytes
+ *   btl_probe recv SEC   rank 0 sleeps SEC then sends; the others wait in
+ *                        MPI_Recv and print the CPU share they used
+ *   btl_probe compute SEC  like recv, but the waiters compute 200 us between
+ *                        MPI_Test calls and print the slowest MPI_Test
+ *   btl_probe die        rank 0 kills itself (SIGKILL) while the others wait
+ *                        in MPI_Recv: the job must end, it must not hang
+ * Exit status 0 only if every check passed. */
+#define _GNU_SOURCE
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+static int exchange(int rank, int size)
+{
+    /* around the default eager limit (64 KiB, minus ob1's headers),
+     * max_send (128 KiB) and well past both */
+    static const size_t sizes[] = {0, 1, 100, 4096, 65000, 65536, 65537, 100000, 131073, 3 << 20};
+    int bad = 0;
+
+    for (int peer = 0; peer < size; ++peer) {
+        if (peer == rank) {
+            continue;
+        }
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
+            size_t n = sizes[i];
+            unsigned char *s = malloc(n + 1), *r = malloc(n + 1);
+            for (size_t k = 0; k < n; ++k) {
+                s[k] = (unsigned char) (k * 131 + rank * 7 + i);
+            }
+            memset(r, 0xee, n + 1);
+            MPI_Sendrecv(s, (int) n, MPI_BYTE, peer, (int) i, r, (int) n, MPI_BYTE, peer, (int) i,
+                         MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            for (size_t k = 0; k < n; ++k) {
+                if (r[k] != (unsigned char) (k * 131 + peer * 7 + i)) {
+                    fprintf(stderr, "rank %d: %zu bytes from %d differ at %zu\n", rank, n, peer, k);
+                    ++bad;
+                    break;
+                }
+            }
+            free(s);
+            free(r);
+        }
+        /* every other int: the convertor packs (sendi and prepare_src copy paths) */
+        for (int count = 1; count <= 100000; count *= 17) {
+            int *s = malloc(sizeof(int) * 2 * count), *r = calloc(2 * (size_t) count, sizeof(int));
+            MPI_Datatype vec;
+            for (int k = 0; k < 2 * count; ++k) {
+                s[k] = k * 3 + rank;
+            }
+            MPI_Type_vector(count, 1, 2, MPI_INT, &vec);
+            MPI_Type_commit(&vec);
+            MPI_Sendrecv(s, 1, vec, peer, 99, r, 1, vec, peer, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            for (int k = 0; k < count; ++k) {
+                if (r[2 * k] != 2 * k * 3 + peer || r[2 * k + 1] != 0) {
+                    fprintf(stderr, "rank %d: strided count %d from %d differs at %d\n", rank,
+                            count, peer, k);
+                    ++bad;
+                    break;
+                }
+            }
+            MPI_Type_free(&vec);
+            free(s);
+            free(r);
+        }
+    }
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "exchange";
+    double secs = argc > 2 ? atof(argv[2]) : 2.0;
+    int rank, size, bad = 0, total = 0;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+    if (0 == strcmp(mode, "exchange")) {
+        bad = exchange(rank, size);
+    } else if (0 == strcmp(mode, "die")) {
+        int x = 0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (0 == rank) {
+            usleep(500000);
+            raise(SIGKILL);
+        }
+        MPI_Recv(&x, 1, MPI_INT, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        printf("probe die: rank %d received from a dead rank\n", rank);
+        bad = 1;
+    } else {
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (0 == rank) {
+            usleep((useconds_t) (secs * 1e6));
+            for (int p = 1; p < size; ++p) {
+                int x = 42;
+                MPI_Send(&x, 1, MPI_INT, p, 7, MPI_COMM_WORLD);
+            }
+        } else {
+            int x = 0;
+            long tests = 0;
+            double slowest = 0, c0 = cpu_seconds(), t0 = now();
+            if (0 == strcmp(mode, "recv")) {
+                MPI_Recv(&x, 1, MPI_INT, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Request req;
+                int flag = 0;
+                volatile double acc = 0;
+                MPI_Irecv(&x, 1, MPI_INT, 0, 7, MPI_COMM_WORLD, &req);
+                while (!flag) {
+                    double s = now(), a;
+                    while (now() - s < 200e-6) {
+                        acc += 1.0;
+                    }
+                    a = now();
+                    MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+                    if (now() - a > slowest) {
+                        slowest = now() - a;
+                    }
+                    ++tests;
+                }
+            }
+            double t = now() - t0, c = cpu_seconds() - c0;
+            bad += (42 != x);
+            printf("probe rank %d mode %s wait_s %.3f cpu_pct %.1f tests %ld slowest_test_us %.0f\n",
+                   rank, mode, t, 100.0 * c / t, tests, slowest * 1e6);
+        }
+    }
+    MPI_Allreduce(&bad, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (0 == rank) {
+        printf("probe %s: %s (%d errors, %d ranks)\n", mode, total ? "FAIL" : "OK", total, size);
+    }
+    MPI_Finalize();
+    return total ? 1 : 0;
+}

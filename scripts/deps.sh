@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the build, the tests and the benchmarks need.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends \
+    build-essential cmake pkg-config git binutils procps iproute2 util-linux \
+    openmpi-bin libopenmpi-dev netpipe-openmpi python3-mpi4py python3-numpy \
+    clang libclang-dev

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs every test of the project, in order of what builds on what:
+#   1. Rust unit + integration tests (ring, bell, endpoint, header is current)
+#   2. the loom model of the bell protocol (--cfg loom)
+#   3. C tests (CMake/CTest, forked processes) against the installed library
+#   4. the Open MPI component: mpi-tests/ over --mca btl self,doorbell
+#   5. the two-node layout (network namespaces) under a real mpirun
+# Prints each suite's figures and a last line "N passed, M failed".
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+LOG=$ROOT/target/test-logs
+mkdir -p "$LOG"
+passed=0
+failed=0
+failed_suites=()
+
+# Add a suite's "N passed, M failed" (or cargo's "N passed; M failed") lines.
+count() {
+    local log=$1 p f
+    p=$(grep -aoE '([0-9]+) passed[,;] ([0-9]+) failed' "$log" | awk '{s+=$1} END {print s+0}')
+    f=$(grep -aoE '([0-9]+) passed[,;] ([0-9]+) failed' "$log" | awk '{s+=$3} END {print s+0}')
+    passed=$((passed + p))
+    failed=$((failed + f))
+}
+
+suite() {
+    local name=$1
+    shift
+    echo "=== $name: $*"
+    if "$@" 2>&1 | tee "$LOG/$name.log"; then
+        echo "=== $name: ok"
+    else
+        echo "=== $name: FAILED (log: $LOG/$name.log)"
+        failed_suites+=("$name")
+        # A suite that died before counting still counts as one failure.
+        grep -aqE '[0-9]+ passed[,;] [0-9]+ failed' "$LOG/$name.log" || failed=$((failed + 1))
+    fi
+    count "$LOG/$name.log"
+}
+
+suite rust cargo test --release
+suite loom env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$ROOT/target/loom" cargo test --release --lib bell
+suite c-tests c-tests/run.sh
+suite component make -C ompi all install
+suite mpi-tests mpi-tests/run.sh
+suite two-node mpi-tests/netns/run.sh
+
+[[ ${#failed_suites[@]} -eq 0 ]] || echo "failed suites: ${failed_suites[*]}"
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 && ${#failed_suites[@]} -eq 0 ]]
