@@ -323,7 +323,9 @@ static int doorbell_component_register(void)
      * a 2-rank ping-pong (best of 7, shm): eager 64 KiB beat 16 KiB by
      * 20-30% at 16-64 KiB and tied below; max_send 128 KiB beat 32 KiB
      * and 512 KiB from 1 MiB up.  (vader: eager 4 KiB, max_send 32 KiB.) */
-    m->btl_exclusivity = MCA_BTL_EXCLUSIVITY_DEFAULT;
+    /* Lowest: installing doorbell never displaces vader or tcp in jobs that
+     * do not ask for it; `--mca btl self,doorbell` or LD_PRELOAD selects it. */
+    m->btl_exclusivity = MCA_BTL_EXCLUSIVITY_LOW;
     m->btl_eager_limit = 64 * 1024;
     m->btl_rndv_eager_limit = 64 * 1024;
     m->btl_max_send_size = 128 * 1024;

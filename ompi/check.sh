@@ -92,6 +92,12 @@ done
 
 run exchange_env env OMPI_MCA_btl=self,doorbell "${MPIRUN[@]}" -np 2 "$WORK/btl_probe" exchange || true
 
+# LD_PRELOAD=libdoorbell.so selects doorbell with nothing on the command line:
+# no --mca btl here, and the finalize report proves doorbell carried the traffic.
+run exchange_preload env LD_PRELOAD="$TOP/target/release/libdoorbell.so" OMPI_MCA_btl_doorbell_verbose=1 \
+    timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe -np 2 "$WORK/btl_probe" exchange || true
+grep_in exchange_preload "btl doorbell: rank 1 peer 0 path=shm" "LD_PRELOAD selects doorbell without --mca flags"
+
 # ---- sleeping ---------------------------------------------------------------
 # A rank blocked 2 s in MPI_Recv must sleep (vader or tcp: ~100% CPU).
 run idle_recv "${MPIRUN[@]}" -np 2 --mca btl self,doorbell --mca btl_doorbell_verbose 1 \
