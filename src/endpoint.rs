@@ -14,7 +14,7 @@ use crate::tcp::{Conn, RxEnd, RxEvent, NO_TASK};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -106,6 +106,8 @@ pub(crate) struct Inner {
     windows: Vec<WindowLocal>,
     peers: RwLock<HashMap<u32, Arc<Peer>>>,
     pub conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    /// conns.len(), readable without the lock.
+    conn_count: AtomicUsize,
     next_token: AtomicU64,
     pub epoll: OwnedFd,
     pub shutdown: OwnedFd,
@@ -170,6 +172,7 @@ impl Endpoint {
             windows: (0..MAX_WINDOWS).map(|_| WindowLocal::default()).collect(),
             peers: RwLock::new(HashMap::new()),
             conns: Mutex::new(HashMap::new()),
+            conn_count: AtomicUsize::new(0),
             next_token: AtomicU64::new(2),
             epoll,
             shutdown,
@@ -548,15 +551,33 @@ impl Inner {
         stream.write_all(&frame::hello(self.cfg.task, self.job_hash)).map_err(|_| Error::Network)?;
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         let conn = Arc::new(Conn::new(stream, token, p.task, true).map_err(|_| Error::Network)?);
-        lock(&self.conns).insert(token, conn.clone());
-        self.epoll_conn(&conn)?;
+        self.add_conn(&conn)?;
         *slot = Some(conn.clone());
         Ok(conn)
     }
 
-    pub(crate) fn epoll_conn(&self, c: &Conn) -> Result<()> {
+    /// Track a connection and put it in the FLIH's epoll set (edge-triggered:
+    /// whoever reads drains to EWOULDBLOCK).
+    pub(crate) fn add_conn(&self, c: &Arc<Conn>) -> Result<()> {
+        let mut conns = lock(&self.conns);
         let ev = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
-        sys::epoll_add(self.epoll.as_raw_fd(), c.stream.as_raw_fd(), ev, c.token).map_err(|_| Error::Network)
+        sys::epoll_add(self.epoll.as_raw_fd(), c.stream.as_raw_fd(), ev, c.token).map_err(|_| Error::Network)?;
+        conns.insert(c.token, c.clone());
+        self.conn_count.store(conns.len(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Read TCP connections from the calling thread (a spinning receiver
+    /// must not wait for the FLIH thread to be scheduled).  A connection the
+    /// FLIH is reading right now is left to it.
+    fn poll_conns(&self) {
+        if self.conn_count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let conns: Vec<Arc<Conn>> = lock(&self.conns).values().cloned().collect();
+        for c in &conns {
+            self.conn_readable(c, false);
+        }
     }
 
     pub(crate) fn new_token(&self) -> u64 {
@@ -565,10 +586,10 @@ impl Inner {
 
     /// FLIH: a connection is readable.  Frames go to their window's inbox,
     /// then the window's bell rings (the SLIH).
-    pub(crate) fn conn_readable(&self, conn: &Arc<Conn>) {
+    pub(crate) fn conn_readable(&self, conn: &Arc<Conn>, wait: bool) {
         let mut touched = [false; MAX_WINDOWS as usize];
         let mut goodbye = false;
-        let end = conn.read_ready(self.job_hash, MAX_TASKS, self.cfg.max_message, &mut |ev| match ev {
+        let end = conn.read_ready(wait, self.job_hash, MAX_TASKS, self.cfg.max_message, &mut |ev| match ev {
             RxEvent::Hello(task) => {
                 conn.task.store(task, Ordering::Release);
                 let p = self.peer_or_insert(task, false, None);
@@ -614,7 +635,9 @@ impl Inner {
     fn drop_conn(&self, conn: &Conn) {
         conn.dead.store(true, Ordering::Release);
         sys::epoll_del(self.epoll.as_raw_fd(), conn.stream.as_raw_fd());
-        lock(&self.conns).remove(&conn.token);
+        let mut conns = lock(&self.conns);
+        conns.remove(&conn.token);
+        self.conn_count.store(conns.len(), Ordering::Relaxed);
         let _ = conn.stream.shutdown(std::net::Shutdown::Both);
     }
 
@@ -705,6 +728,7 @@ impl Inner {
             self.peer_exited(src);
         }
         drop(rx);
+        self.poll_conns();
         if w.inbox_ready.load(Ordering::Acquire) {
             w.inbox_ready.store(false, Ordering::Relaxed);
             let batch: Vec<Inbound> = lock(&w.inbox).drain(..).collect();
@@ -732,11 +756,33 @@ impl Inner {
         {
             return true;
         }
-        match w.rx.try_lock() {
+        let ring_data = match w.rx.try_lock() {
             Ok(rx) => rx.rings.iter().any(|r| r.has_data()),
             // Another thread is progressing this window: don't sleep on it.
             Err(_) => true,
+        };
+        ring_data || self.backlog_unblocked()
+    }
+
+    /// After arming: may a queued send move now?  Re-raises each blocked
+    /// ring's producer_waiting flag (ring.rs, SYNC POINT R3) *after* our bell
+    /// is armed: a consumer that freed space before this saw the flag but
+    /// found us awake (its ring was skipped), so the head check here is what
+    /// catches that space; one that frees it later sees the flag and rings
+    /// an armed bell.
+    fn backlog_unblocked(&self) -> bool {
+        if self.backlog_msgs.load(Ordering::Relaxed) == 0 {
+            return false;
         }
+        let peers: Vec<_> = self.peers.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        peers.iter().filter(|p| p.local && !p.lost.load(Ordering::Relaxed)).any(|p| match p.tx.try_lock() {
+            Ok(mut tx) => match tx.backlog.front().map(|b| b.window as usize) {
+                Some(w) => tx.rings[w].as_mut().is_some_and(|r| r.set_waiting()),
+                None => false,
+            },
+            // Another thread is pushing right now.
+            Err(_) => true,
+        })
     }
 
     fn wait(

@@ -26,7 +26,7 @@ pub(crate) fn run(inner: &Inner) {
                     let Some(conn) = lock(&inner.conns).get(&t).cloned() else { continue };
                     let readable = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP) as u32;
                     if bits & readable != 0 {
-                        inner.conn_readable(&conn);
+                        inner.conn_readable(&conn, true);
                     }
                     if bits & libc::EPOLLOUT as u32 != 0 {
                         // The socket drained: push what senders queued.
@@ -44,10 +44,7 @@ fn accept_all(inner: &Inner) {
     while let Ok((stream, _)) = inner.listener.accept() {
         let token = inner.new_token();
         let Ok(conn) = Conn::new(stream, token, NO_TASK, false) else { continue };
-        let conn = Arc::new(conn);
-        lock(&inner.conns).insert(token, conn.clone());
-        if inner.epoll_conn(&conn).is_err() {
-            lock(&inner.conns).remove(&token);
-        }
+        // On failure the connection is dropped (closed) right here.
+        let _ = inner.add_conn(&Arc::new(conn));
     }
 }
