@@ -737,8 +737,13 @@ impl Inner {
                 d.tcp += 1;
             }
         }
-        self.counters.shm_received.fetch_add(d.shm as u64, Ordering::Relaxed);
-        self.counters.tcp_received.fetch_add(d.tcp as u64, Ordering::Relaxed);
+        // Skip the counter RMWs on the (hot) empty poll.
+        if d.shm > 0 {
+            self.counters.shm_received.fetch_add(d.shm as u64, Ordering::Relaxed);
+        }
+        if d.tcp > 0 {
+            self.counters.tcp_received.fetch_add(d.tcp as u64, Ordering::Relaxed);
+        }
         if d.shm + d.tcp == 0 && w.lost_ready.load(Ordering::Acquire) {
             let mut lost = lock(&w.lost);
             d.lost = lost.pop_front();

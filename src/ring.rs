@@ -30,6 +30,8 @@ pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"DBRING\0\0");
 pub const RING_VERSION: u32 = 1;
 pub const HEADER_BYTES: usize = 256;
 const REC: u64 = 16;
+/// Largest reassembly buffer a consumer keeps for the next message.
+const SPARE_MAX: usize = 16 << 20;
 /// A large message is not cut into chunks smaller than this.
 const MIN_CHUNK: u64 = 256;
 
@@ -246,7 +248,9 @@ impl Producer {
                 }
                 return false;
             }
-            let chunk = remaining.min((room - REC) & !15);
+            // Chunks of at most cap/8: the consumer copies one out while the
+            // producer copies the next in (a pipeline, not a relay).
+            let chunk = remaining.min((room - REC) & !15).min(self.cap / 8);
             let last = if *offset + chunk == total { LAST } else { 0 };
             // SAFETY: REC + align16(chunk) <= room <= to_end and <= free.
             unsafe { self.put(rec(chunk, first | last), Some((msg, *offset))) };
@@ -286,6 +290,9 @@ pub struct Consumer {
     head: u64,
     max_message: u64,
     assembling: Option<(u8, u32, Vec<u8>)>,
+    /// The last reassembly buffer, kept so a stream of large messages does
+    /// not fault in fresh pages for every one.
+    spare: Vec<u8>,
     pub src: u32,
 }
 
@@ -309,7 +316,7 @@ impl Consumer {
             return Err(Error::Shm);
         }
         let head = h.head.load(Ordering::Acquire);
-        Ok(Consumer { seg, cap, head, max_message, assembling: None, src })
+        Ok(Consumer { seg, cap, head, max_message, assembling: None, spare: Vec::new(), src })
     }
 
     fn hdr(&self) -> &RingHeader {
@@ -356,7 +363,9 @@ impl Consumer {
                         n += 1;
                     }
                     (FIRST, None) if (rec.total as u64) <= self.max_message => {
-                        let mut v = Vec::with_capacity(rec.total as usize);
+                        let mut v = std::mem::take(&mut self.spare);
+                        v.clear();
+                        v.reserve(rec.total as usize);
                         v.extend_from_slice(payload);
                         self.assembling = Some((rec.tag, rec.total, v));
                     }
@@ -371,6 +380,9 @@ impl Consumer {
                             }
                             deliver(tag, &v);
                             n += 1;
+                            if v.capacity() <= SPARE_MAX {
+                                self.spare = v;
+                            }
                         } else {
                             self.assembling = Some((tag, total, v));
                         }
