@@ -150,6 +150,7 @@ impl Endpoint {
         let listener = bind(ip, cfg.port_min, cfg.port_max)?;
         listener.set_nonblocking(true).map_err(|_| Error::Network)?;
         let port = listener.local_addr().map_err(|_| Error::Network)?.port();
+        crate::shm::reap_dead_tasks(&cfg.shm_dir);
         let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task)?;
         let epoll = sys::epoll_create().map_err(|_| Error::Internal)?;
         let shutdown = sys::eventfd().map_err(|_| Error::Internal)?;

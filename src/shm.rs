@@ -130,6 +130,36 @@ pub fn unlink_task_files(dir: &str, job: &str, task: u32) {
     }
 }
 
+/// Remove the files of tasks whose process is gone: a job whose every task
+/// was killed leaves files nobody else would clean.  A control segment names
+/// its owner's pid (offset 12 of its header); a file whose owner still runs,
+/// or that we cannot read, is left alone.  (This assumes the tasks that
+/// share the shm directory share our pid namespace, as MPI jobs on a node do.)
+pub fn reap_dead_tasks(dir: &str) {
+    use std::os::unix::fs::FileExt;
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for entry in rd.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Some(rest) = name.strip_prefix(PREFIX) else { continue };
+        let Some((job, task)) = rest.rsplit_once("-c") else { continue };
+        let Ok(task) = task.parse::<u32>() else { continue };
+        let Ok(f) = std::fs::File::open(entry.path()) else { continue };
+        let mut head = [0u8; 16];
+        if f.read_exact_at(&mut head, 0).is_err() || head[0..8] != crate::control::CONTROL_MAGIC.to_le_bytes() {
+            continue;
+        }
+        let pid = u32::from_le_bytes(head[12..16].try_into().unwrap());
+        // SAFETY: signal 0 only checks that the process exists.
+        let gone = pid != 0
+            && unsafe { libc::kill(pid as libc::pid_t, 0) } == -1
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            unlink_task_files(dir, job, task);
+        }
+    }
+}
+
 pub fn control_name(job: &str, task: u32) -> String {
     format!("{PREFIX}{job}-c{task}")
 }

@@ -206,3 +206,29 @@ fn streaming_with_backlog_and_acks_never_stalls() {
         }
     }
 }
+
+/// Files of a job whose every task was killed are removed by the next
+/// endpoint created on the machine.
+#[test]
+fn files_of_killed_tasks_are_reaped() {
+    let j = job();
+    let dir = "/dev/shm";
+    // A child process creates an endpoint and a ring to a task that never
+    // opens it, then is killed: nobody could clean its files.
+    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = child.id();
+    let ctl = format!("{dir}/doorbell-{j}-c7");
+    let ring = format!("{dir}/doorbell-{j}-r7-8-w0");
+    let mut head = vec![0u8; 64];
+    head[0..8].copy_from_slice(b"DBCTRL\0\0");
+    head[12..16].copy_from_slice(&pid.to_le_bytes());
+    std::fs::write(&ctl, &head).unwrap();
+    std::fs::write(&ring, b"x").unwrap();
+    let _alive = ep(&j, 1, 1);
+    assert!(std::path::Path::new(&ctl).exists(), "a live owner's files stay");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _next = ep(&j, 2, 1);
+    assert!(!std::path::Path::new(&ctl).exists(), "the dead task's control segment is reaped");
+    assert!(!std::path::Path::new(&ring).exists(), "and its ring");
+}
