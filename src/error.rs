@@ -45,21 +45,26 @@ impl Error {
     }
 
     pub fn message(self) -> &'static str {
+        self.c_message().to_str().expect("messages are ASCII")
+    }
+
+    /// The message as a C string, for doorbell_error_string.
+    pub fn c_message(self) -> &'static std::ffi::CStr {
         match self {
-            Error::InvalidArgument => "invalid argument (null pointer or bad configuration value)",
-            Error::UnknownWindow => "unknown window: not open at the receiver",
-            Error::UnknownTask => "unknown task: never connected",
-            Error::BadLength => "bad length: larger than max_message",
-            Error::BadAddress => "malformed or foreign address blob",
-            Error::WouldBlock => "send backlog full: progress, then retry",
-            Error::TimedOut => "timed out",
-            Error::PeerLost => "peer task lost (exited, killed or hung up)",
-            Error::NoShmSpace => "no space left in the shared-memory directory",
-            Error::Shm => "shared-memory failure",
-            Error::Network => "network failure",
-            Error::NoInterface => "no network interface matches if_include/if_exclude",
-            Error::BufferTooSmall => "buffer too small",
-            Error::Internal => "internal error (a bug; please report)",
+            Error::InvalidArgument => c"invalid argument (null pointer or bad configuration value)",
+            Error::UnknownWindow => c"unknown window: not open at the receiver",
+            Error::UnknownTask => c"unknown task: never connected",
+            Error::BadLength => c"bad length: larger than max_message",
+            Error::BadAddress => c"malformed or foreign address blob",
+            Error::WouldBlock => c"send backlog full: progress, then retry",
+            Error::TimedOut => c"timed out",
+            Error::PeerLost => c"peer task lost (exited, killed or hung up)",
+            Error::NoShmSpace => c"no space left in the shared-memory directory",
+            Error::Shm => c"shared-memory failure",
+            Error::Network => c"network failure",
+            Error::NoInterface => c"no network interface matches if_include/if_exclude",
+            Error::BufferTooSmall => c"buffer too small",
+            Error::Internal => c"internal error (a bug; please report)",
         }
     }
 

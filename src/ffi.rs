@@ -462,25 +462,11 @@ pub extern "C" fn doorbell_counters_get(ep: *const doorbell_endpoint, out: *mut 
 /// A static, NUL-terminated description of a status code; never NULL.
 #[no_mangle]
 pub extern "C" fn doorbell_error_string(code: c_int) -> *const c_char {
-    const MESSAGES: [&CStr; 15] = [
-        c"success",
-        c"invalid argument (null pointer or bad configuration value)",
-        c"unknown window: not open at the receiver",
-        c"unknown task: never connected",
-        c"bad length: larger than max_message",
-        c"malformed or foreign address blob",
-        c"send backlog full: progress, then retry",
-        c"timed out",
-        c"peer task lost (exited, killed or hung up)",
-        c"no space left in the shared-memory directory",
-        c"shared-memory failure",
-        c"network failure",
-        c"no network interface matches if_include/if_exclude",
-        c"buffer too small",
-        c"internal error (a bug; please report)",
-    ];
-    let i = if code > 0 { 0 } else { code.unsigned_abs() as usize };
-    MESSAGES.get(i).copied().unwrap_or(c"unknown status code").as_ptr()
+    let msg = match code {
+        c if c >= 0 => c"success",
+        c => Error::from_code(c).map_or(c"unknown status code", Error::c_message),
+    };
+    msg.as_ptr()
 }
 
 #[cfg(test)]
