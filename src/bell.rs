@@ -200,6 +200,53 @@ mod loom_tests {
         });
     }
 
+    /// The backpressure wake-up (ring.rs SYNC POINT R3 with this bell): a
+    /// producer with a queued rest raises `producer_waiting`, arms its own
+    /// bell, raises the flag again and re-reads `head` before sleeping; the
+    /// consumer stores `head`, then takes the flag and rings.  Without the
+    /// backlog re-check after arming, a consumer that took the flag before
+    /// the arm rang an unarmed bell and the producer slept forever (a bug we
+    /// had; replacing the re-check with `false` makes loom report it).
+    #[test]
+    fn backpressure_wakeup_not_lost() {
+        use loom::sync::atomic::AtomicU64;
+        loom::model(|| {
+            let bell = Arc::new(AtomicU32::new(0));
+            let head = Arc::new(AtomicU64::new(0));
+            let waiting = Arc::new(AtomicU32::new(0));
+            let fx = Arc::new(FakeFutex { lock: Mutex::new(()), cond: Condvar::new() });
+            let (b2, h2, w2, f2) = (bell.clone(), head.clone(), waiting.clone(), fx.clone());
+            let consumer = loom::thread::spawn(move || {
+                h2.store(1, Ordering::Release);
+                fence(Ordering::SeqCst);
+                if w2.load(Ordering::Relaxed) != 0 && w2.swap(0, Ordering::AcqRel) != 0 {
+                    ring(&*f2, &b2);
+                }
+            });
+            // Producer: Producer::set_waiting, then Inner::wait's arm + re-check.
+            let space = |w: &AtomicU32| {
+                w.store(1, Ordering::SeqCst);
+                fence(Ordering::SeqCst);
+                head.load(Ordering::Acquire) != 0
+            };
+            if !space(&waiting) {
+                loop {
+                    let token = arm(&bell);
+                    if space(&waiting) {
+                        disarm(&bell);
+                        break;
+                    }
+                    sleep(&*fx, &bell, token, None);
+                    disarm(&bell);
+                    if head.load(Ordering::Acquire) != 0 {
+                        break;
+                    }
+                }
+            }
+            consumer.join().unwrap();
+        });
+    }
+
     /// A sender that finds the receiver awake must not wake anything.
     #[test]
     fn awake_receiver_costs_no_wake() {
