@@ -29,6 +29,8 @@ BEGIN_C_DECLS
  * MPI_Recv, a tight MPI_Test loop); farther apart, the caller computes
  * between calls and must never be held up. */
 #define MCA_BTL_DOORBELL_BACK_TO_BACK_NS 10000ull
+/* First sleep of a wait, in microseconds; later idle sleeps double up to sleep_max_us. */
+#define MCA_BTL_DOORBELL_FIRST_SLEEP_US 1000u
 
 typedef struct mca_btl_doorbell_component_t {
     mca_btl_base_component_3_0_0_t super;
@@ -99,6 +101,7 @@ typedef struct mca_btl_doorbell_module_t {
     bool sleep_checked;               /* other BTLs inspected */
     bool sleep_allowed;               /* false if another BTL needs our progress loop */
     bool finalizing;
+    unsigned int idle_sleeps;         /* consecutive idle sleeps: the next is 2^n times longer */
 
     /* glue-side counters for the verbose report */
     uint64_t sleeps;

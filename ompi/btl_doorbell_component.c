@@ -4,9 +4,12 @@
  * cannot tell MPI_Wait from MPI_Test (both just call opal_progress), so the
  * decision is a heuristic on call spacing:
  *   - back-to-back calls (< 10 us apart) that found nothing for spin_us
- *     mean "someone is waiting": sleep in doorbell_wait, bounded by
- *     sleep_max_us because MPI_Init/Finalize, libnbc and ob1's pending
- *     queues need progress calls that no doorbell event announces;
+ *     mean "someone is waiting": sleep in doorbell_wait, bounded because
+ *     MPI_Init/Finalize, libnbc and ob1's pending queues need progress
+ *     calls that no doorbell event announces.  The first sleep lasts
+ *     MCA_BTL_DOORBELL_FIRST_SLEEP_US; each one that times out with nothing
+ *     done doubles the next, up to sleep_max_us, so a long wait costs
+ *     almost no CPU while a short one is not held up;
  *   - widely spaced calls mean "MPI_Test between compute chunks": never
  *     sleep, so the caller is never held up.
  */
@@ -243,11 +246,12 @@ static int doorbell_component_register(void)
                   &c->spin_us, OPAL_INFO_LVL_4);
     note_param_error(rc, "btl_doorbell_spin_us");
 
-    c->sleep_max_us = 1000;
+    c->sleep_max_us = 16000;
     rc = reg_uint("sleep_max_us",
                   "Longest single sleep in microseconds (must be >= 1).  Sleeps are bounded "
                   "because parts of Open MPI (MPI_Init/Finalize, nonblocking collectives) need "
-                  "progress calls that no message announces",
+                  "progress calls that no message announces.  A wait starts with 1000 us "
+                  "sleeps and doubles them while they time out idle, up to this",
                   &c->sleep_max_us, OPAL_INFO_LVL_4);
     note_param_error(rc, "btl_doorbell_sleep_max_us");
 
@@ -687,11 +691,16 @@ static int doorbell_component_progress(void)
 
     if (count > 0 || opal_atomic_swap_32(&module->send_activity, 0)) {
         module->last_event_ns = now;
+        module->idle_sleeps = 0;
     } else if (should_sleep(module, now)) {
         memset(&wake, 0, sizeof(wake));
         module->sleeps++;
+        uint64_t sleep_us = (uint64_t) MCA_BTL_DOORBELL_FIRST_SLEEP_US << module->idle_sleeps;
+        if (sleep_us > mca_btl_doorbell_component.sleep_max_us) {
+            sleep_us = mca_btl_doorbell_component.sleep_max_us;
+        }
         rc = doorbell_wait(module->core, MCA_BTL_DOORBELL_WINDOW, DOORBELL_WAIT_BLOCK,
-                           (int64_t) mca_btl_doorbell_component.sleep_max_us,
+                           (int64_t) sleep_us,
                            mca_btl_doorbell_recv_cb, module, &wake);
         if (rc > 0) {
             count += rc;
@@ -701,6 +710,14 @@ static int doorbell_component_progress(void)
             mca_btl_doorbell_peer_lost(module, wake.task);
         } else if (DOORBELL_WOKE_TIMEOUT == wake.reason) {
             module->sleep_timeouts++;
+        }
+        /* back off while nothing at all happens; anything resets it */
+        if (0 == rc && DOORBELL_WOKE_TIMEOUT == wake.reason) {
+            if (module->idle_sleeps < 16) {
+                module->idle_sleeps++;
+            }
+        } else {
+            module->idle_sleeps = 0;
         }
         now = mca_btl_doorbell_now_ns();
         if (count > 0) {
