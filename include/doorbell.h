@@ -337,7 +337,8 @@ int doorbell_peer_path(const struct doorbell_endpoint *ep, uint32_t task);
 int doorbell_window_open(struct doorbell_endpoint *ep, uint32_t *window_out);
 
 /*
- Send one message (up to max_message bytes) to (task, window).  Returns OK
+ Send one message (up to max_message bytes; `data` may be NULL when `len`
+ is 0) to (task, window).  Returns OK
  once the bytes are copied (ring, socket or the peer's backlog): the
  buffer is free at once.  Messages to one (task, window) arrive in order.
  Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST,
@@ -346,22 +347,27 @@ int doorbell_window_open(struct doorbell_endpoint *ep, uint32_t *window_out);
 int doorbell_send(struct doorbell_endpoint *ep, uint32_t task, uint32_t window, uint8_t tag, const void *data, size_t len);
 
 /*
- Same as doorbell_send, gathering the message from `iovcnt` pieces.
+ Same as doorbell_send, gathering the message from `iovcnt` pieces (at
+ most 1024; a piece of length 0 may have a NULL base).
  */
 int doorbell_sendv(struct doorbell_endpoint *ep, uint32_t task, uint32_t window, uint8_t tag, const struct doorbell_iovec *iov, size_t iovcnt);
 
 /*
  Deliver what has arrived for `window` without sleeping, and push queued
  sends.  Returns the number of messages delivered, or PEER_LOST once per
- lost peer (wake->task tells which; `wake` may be NULL).
+ lost peer (then wake->reason is DOORBELL_WOKE_PEER_LOST and wake->task
+ the lost task; `wake` may be NULL).  `cb` must not be NULL
+ (INVALID_ARGUMENT): a message is never dropped unseen.
  */
 int doorbell_progress(struct doorbell_endpoint *ep, uint32_t window, doorbell_recv_fn cb, void *ctx, struct doorbell_wake *wake);
 
 /*
  Like progress, but if nothing is there wait (mode DOORBELL_WAIT_*) for a
  message, a notify, a lost peer or `timeout_us` (< 0: no limit), then
- deliver.  Returns messages delivered (0 with wake->reason NOTIFY or
- TIMEOUT), or PEER_LOST, UNKNOWN_WINDOW, INVALID_ARGUMENT.
+ deliver.  While it sleeps, freed ring space wakes it to push this task's
+ queued sends.  Returns messages delivered (0 with wake->reason NOTIFY or
+ TIMEOUT), or PEER_LOST (wake->reason PEER_LOST, wake->task the lost
+ task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`).
  */
 int doorbell_wait(struct doorbell_endpoint *ep, uint32_t window, uint32_t mode, int64_t timeout_us, doorbell_recv_fn cb, void *ctx, struct doorbell_wake *wake);
 

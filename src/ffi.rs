@@ -304,7 +304,8 @@ pub extern "C" fn doorbell_window_open(ep: *mut doorbell_endpoint, window_out: *
     })
 }
 
-/// Send one message (up to max_message bytes) to (task, window).  Returns OK
+/// Send one message (up to max_message bytes; `data` may be NULL when `len`
+/// is 0) to (task, window).  Returns OK
 /// once the bytes are copied (ring, socket or the peer's backlog): the
 /// buffer is free at once.  Messages to one (task, window) arrive in order.
 /// Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST,
@@ -322,7 +323,8 @@ pub extern "C" fn doorbell_send(
     doorbell_sendv(ep, task, window, tag, &iov, 1)
 }
 
-/// Same as doorbell_send, gathering the message from `iovcnt` pieces.
+/// Same as doorbell_send, gathering the message from `iovcnt` pieces (at
+/// most 1024; a piece of length 0 may have a NULL base).
 #[no_mangle]
 pub extern "C" fn doorbell_sendv(
     ep: *mut doorbell_endpoint,
@@ -386,7 +388,9 @@ fn report(w: Woke, wake: *mut doorbell_wake) -> Result<c_int, Error> {
 
 /// Deliver what has arrived for `window` without sleeping, and push queued
 /// sends.  Returns the number of messages delivered, or PEER_LOST once per
-/// lost peer (wake->task tells which; `wake` may be NULL).
+/// lost peer (then wake->reason is DOORBELL_WOKE_PEER_LOST and wake->task
+/// the lost task; `wake` may be NULL).  `cb` must not be NULL
+/// (INVALID_ARGUMENT): a message is never dropped unseen.
 #[no_mangle]
 pub extern "C" fn doorbell_progress(
     ep: *mut doorbell_endpoint,
@@ -397,6 +401,7 @@ pub extern "C" fn doorbell_progress(
 ) -> c_int {
     guard(|| {
         let ep = endpoint(ep)?;
+        cb.ok_or(Error::InvalidArgument)?;
         let w = ep.progress(window, &mut call_back(cb, ctx, window))?;
         report(w, wake)
     })
@@ -404,8 +409,10 @@ pub extern "C" fn doorbell_progress(
 
 /// Like progress, but if nothing is there wait (mode DOORBELL_WAIT_*) for a
 /// message, a notify, a lost peer or `timeout_us` (< 0: no limit), then
-/// deliver.  Returns messages delivered (0 with wake->reason NOTIFY or
-/// TIMEOUT), or PEER_LOST, UNKNOWN_WINDOW, INVALID_ARGUMENT.
+/// deliver.  While it sleeps, freed ring space wakes it to push this task's
+/// queued sends.  Returns messages delivered (0 with wake->reason NOTIFY or
+/// TIMEOUT), or PEER_LOST (wake->reason PEER_LOST, wake->task the lost
+/// task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`).
 #[no_mangle]
 pub extern "C" fn doorbell_wait(
     ep: *mut doorbell_endpoint,
@@ -418,6 +425,7 @@ pub extern "C" fn doorbell_wait(
 ) -> c_int {
     guard(|| {
         let ep = endpoint(ep)?;
+        cb.ok_or(Error::InvalidArgument)?;
         let mode = WaitMode::from_code(mode).ok_or(Error::InvalidArgument)?;
         let timeout = (timeout_us >= 0).then(|| Duration::from_micros(timeout_us as u64));
         let w = ep.wait(window, mode, timeout, &mut call_back(cb, ctx, window))?;

@@ -232,3 +232,15 @@ fn files_of_killed_tasks_are_reaped() {
     assert!(!std::path::Path::new(&ctl).exists(), "the dead task's control segment is reaped");
     assert!(!std::path::Path::new(&ring).exists(), "and its ring");
 }
+
+/// A task can send to itself through its own ring.
+#[test]
+fn send_to_self_goes_through_a_ring() {
+    let j = job();
+    let a = ep(&j, 0, 1);
+    a.connect(&a.address().encode()).unwrap();
+    assert_eq!(a.peer_path(0), Ok(1));
+    a.send(0, 0, 5, &[b"me"]).unwrap();
+    let got = recv(&a, WaitMode::Block, 1);
+    assert_eq!(got, vec![(0, 5, b"me".to_vec())]);
+}
