@@ -1,0 +1,176 @@
+/* pingpong.c -- 2-rank latency (half round trip) and streaming bandwidth.
+ *
+ * Usage: pingpong [-q]        (-q: about 10x fewer iterations, for smoke runs)
+ * Prints: RESULT lat <bytes> <microseconds>
+ *         RESULT bw  <bytes> <MB/s, 10^6 bytes per second>
+ */
+#include "bench_common.h"
+
+#include <stdint.h>
+
+static const size_t sizes[] = { 0, 1, 4, 8, 16, 64, 256, 1024, 4096, 16384, 65536,
+                                262144, 1048576, 4194304 };
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+#define MAX_SIZE ((size_t)4 << 20)
+/* Bandwidth keeps at most this many bytes in flight; the receiver needs a
+ * distinct buffer per outstanding receive. */
+#define BW_INFLIGHT ((size_t)16 << 20)
+#define BW_MAX_WINDOW 64
+#define TAG_PING 1
+#define TAG_ACK 2
+
+static int quick;
+
+static size_t clamp(size_t v, size_t lo, size_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* The pattern depends on the size so that bytes left over from an earlier
+ * size cannot pass the check. */
+static void fill(uint8_t *buf, size_t len, size_t size)
+{
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (uint8_t)(i * 131u + size * 7u + 1u);
+}
+
+/* Each iteration writes its number at the start of every 4 KiB of the
+ * message and at its end, and the receiver checks them all: a transport that
+ * hands back stale bytes from an earlier iteration, even for one chunk of a
+ * large message, fails.  (The full-pattern check runs once at the end.) */
+#define STAMP_STRIDE 4096
+
+static void stamp(uint8_t *buf, size_t size, uint64_t i)
+{
+    for (size_t off = 0; off < size; off += STAMP_STRIDE)
+        memcpy(buf + off, &i, size - off < sizeof i ? size - off : sizeof i);
+    if (size > sizeof i)
+        memcpy(buf + size - sizeof i, &i, sizeof i);
+}
+
+static void check_stamp(const uint8_t *buf, size_t size, uint64_t i)
+{
+    uint8_t want[sizeof i];
+    memcpy(want, &i, sizeof i);
+    for (size_t off = 0; off < size; off += STAMP_STRIDE) {
+        size_t n = size - off < sizeof i ? size - off : sizeof i;
+        if (memcmp(buf + off, want, n) != 0)
+            bench_fail("iteration %llu, size %zu: stale data at offset %zu",
+                       (unsigned long long)i, size, off);
+    }
+    if (size > sizeof i && memcmp(buf + size - sizeof i, want, sizeof i) != 0)
+        bench_fail("iteration %llu, size %zu: stale data at the end", (unsigned long long)i, size);
+}
+
+static void verify(const uint8_t *got, const uint8_t *want, size_t len, const char *what,
+                   size_t size)
+{
+    if (len && memcmp(got, want, len) != 0)
+        bench_fail("%s: received data corrupted at message size %zu", what, size);
+}
+
+static double latency(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf)
+{
+    /* Enough iterations for small messages to average out, bounded volume for big ones. */
+    size_t iters = clamp(((size_t)256 << 20) / (size ? size : 1), 50, 5000);
+    if (quick)
+        iters = clamp(iters / 10, 10, iters);
+    size_t warm = iters / 10 + 2;
+    int peer = 1 - rank;
+    double t0 = 0;
+
+    memset(rbuf, 0, size);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (size_t i = 0; i < warm + iters; i++) {
+        if (i == warm)
+            t0 = now_s();
+        stamp(sbuf, size, i);
+        if (rank == 0) {
+            MPI_Send(sbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD);
+            MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(sbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD);
+        }
+        check_stamp(rbuf, size, i);
+    }
+    double t = now_s() - t0;
+    verify(rbuf, sbuf, size, "latency", size);
+    return t / (double)iters / 2.0 * 1e6;
+}
+
+static double bandwidth(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf)
+{
+    size_t window = clamp(BW_INFLIGHT / size, 1, BW_MAX_WINDOW);
+    /* At most 32k messages: tcp streams tiny messages slowly. */
+    size_t iters = clamp(((size_t)256 << 20) / (size * window), 5, 500);
+    if (quick)
+        iters = clamp(iters / 10, 3, iters);
+    size_t warm = 2;
+    int peer = 1 - rank;
+    MPI_Request req[BW_MAX_WINDOW];
+    int ack = 0;
+    double t0 = 0;
+
+    memset(rbuf, 0, size * window);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (size_t i = 0; i < warm + iters; i++) {
+        if (i == warm)
+            t0 = now_s();
+        stamp(sbuf, size, i); /* rank 1's copy is what the final check expects */
+        if (rank == 0) {
+            /* MPI-3 allows concurrent sends from one buffer. */
+            for (size_t w = 0; w < window; w++)
+                MPI_Isend(sbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD, &req[w]);
+            MPI_Waitall((int)window, req, MPI_STATUSES_IGNORE);
+            MPI_Recv(&ack, 1, MPI_INT, peer, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            for (size_t w = 0; w < window; w++)
+                MPI_Irecv(rbuf + w * size, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD,
+                          &req[w]);
+            MPI_Waitall((int)window, req, MPI_STATUSES_IGNORE);
+            for (size_t w = 0; w < window; w++)
+                check_stamp(rbuf + w * size, size, i);
+            MPI_Send(&ack, 1, MPI_INT, peer, TAG_ACK, MPI_COMM_WORLD);
+        }
+    }
+    double t = now_s() - t0;
+    if (rank == 1)
+        for (size_t w = 0; w < window; w++)
+            verify(rbuf + w * size, sbuf, size, "bandwidth", size);
+    return (double)size * (double)window * (double)iters / t / 1e6;
+}
+
+int main(int argc, char **argv)
+{
+    int rank;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    require_size(2);
+    quick = has_flag(argc, argv, "-q");
+    report_placement();
+
+    uint8_t *sbuf = malloc(MAX_SIZE);
+    uint8_t *rbuf = malloc(BW_INFLIGHT > MAX_SIZE ? BW_INFLIGHT : MAX_SIZE);
+    if (!sbuf || !rbuf)
+        bench_fail("out of memory");
+
+    for (size_t s = 0; s < NSIZES; s++) {
+        fill(sbuf, sizes[s], sizes[s]);
+        double us = latency(rank, sizes[s], sbuf, rbuf);
+        if (rank == 0) {
+            printf("RESULT lat %zu %.3f\n", sizes[s], us);
+            fflush(stdout);
+        }
+    }
+    /* A 0-byte stream carries no bytes: bandwidth starts at 1 B. */
+    for (size_t s = 1; s < NSIZES; s++) {
+        fill(sbuf, sizes[s], sizes[s]);
+        double mbs = bandwidth(rank, sizes[s], sbuf, rbuf);
+        if (rank == 0) {
+            printf("RESULT bw %zu %.2f\n", sizes[s], mbs);
+            fflush(stdout);
+        }
+    }
+    free(sbuf);
+    free(rbuf);
+    MPI_Finalize();
+    return 0;
+}
