@@ -14,13 +14,19 @@ use crate::tcp::{Conn, RxEnd, RxEvent, NO_TASK};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
-/// epoll tokens: 0 shutdown, 1 listener, PID_BIT|task for pidfds, else a connection.
+/// Tokens of the FLIH's epoll set: 0 shutdown, 1 listener, 2 the connection
+/// set, PID_BIT|task for pidfds.  In the connection set a token names a
+/// connection (3 and up).
 pub(crate) const TOKEN_SHUTDOWN: u64 = 0;
 pub(crate) const TOKEN_LISTENER: u64 = 1;
+pub(crate) const TOKEN_CONNS: u64 = 2;
+/// The connection set sits in the FLIH's set one-shot: it wakes the FLIH
+/// once, then only after a sleeper re-arms it (see `arm_flih_for_conns`).
+const CONNS_IN_FLIH: u32 = (libc::EPOLLIN | libc::EPOLLONESHOT) as u32;
 pub(crate) const PID_BIT: u64 = 1 << 62;
 /// Messages delivered from one ring per progress call, for fairness.
 const RING_BUDGET: usize = 64;
@@ -109,7 +115,15 @@ pub(crate) struct Inner {
     /// conns.len(), readable without the lock.
     conn_count: AtomicUsize,
     next_token: AtomicU64,
+    /// The FLIH's epoll set: shutdown, listener, pidfds, and `conn_epoll`.
     pub epoll: OwnedFd,
+    /// Every TCP connection, edge-triggered.  Spinning receivers poll it
+    /// themselves; the FLIH polls it when it fires, which it does only
+    /// while some thread sleeps (a spinning rank must not have the FLIH
+    /// thread woken for every packet: on 2 cores that doubled TCP latency).
+    pub conn_epoll: OwnedFd,
+    /// Threads asleep (or about to be) in `wait`.
+    sleepers: AtomicUsize,
     pub shutdown: OwnedFd,
     pub listener: TcpListener,
     pub counters: Counters,
@@ -158,6 +172,9 @@ impl Endpoint {
             .map_err(|_| Error::Internal)?;
         sys::epoll_add(epoll.as_raw_fd(), listener.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_LISTENER)
             .map_err(|_| Error::Internal)?;
+        let conn_epoll = sys::epoll_create().map_err(|_| Error::Internal)?;
+        sys::epoll_add(epoll.as_raw_fd(), conn_epoll.as_raw_fd(), CONNS_IN_FLIH, TOKEN_CONNS)
+            .map_err(|_| Error::Internal)?;
         let me = Address {
             task: cfg.task,
             pid: std::process::id(),
@@ -174,8 +191,10 @@ impl Endpoint {
             peers: RwLock::new(HashMap::new()),
             conns: Mutex::new(HashMap::new()),
             conn_count: AtomicUsize::new(0),
-            next_token: AtomicU64::new(2),
+            next_token: AtomicU64::new(3),
             epoll,
+            conn_epoll,
+            sleepers: AtomicUsize::new(0),
             shutdown,
             listener,
             counters: Counters::default(),
@@ -557,27 +576,58 @@ impl Inner {
         Ok(conn)
     }
 
-    /// Track a connection and put it in the FLIH's epoll set (edge-triggered:
+    /// Track a connection and put it in the connection set (edge-triggered:
     /// whoever reads drains to EWOULDBLOCK).
     pub(crate) fn add_conn(&self, c: &Arc<Conn>) -> Result<()> {
         let mut conns = lock(&self.conns);
         let ev = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
-        sys::epoll_add(self.epoll.as_raw_fd(), c.stream.as_raw_fd(), ev, c.token).map_err(|_| Error::Network)?;
+        sys::epoll_add(self.conn_epoll.as_raw_fd(), c.stream.as_raw_fd(), ev, c.token).map_err(|_| Error::Network)?;
         conns.insert(c.token, c.clone());
         self.conn_count.store(conns.len(), Ordering::Relaxed);
         Ok(())
     }
 
-    /// Read TCP connections from the calling thread (a spinning receiver
-    /// must not wait for the FLIH thread to be scheduled).  A connection the
-    /// FLIH is reading right now is left to it.
-    fn poll_conns(&self) {
+    /// Handle what the connection set reports now, without blocking:
+    /// frames go to their window's inbox (and ring its bell), queued sends
+    /// go out on EPOLLOUT.  `wait`: block on a reader already at work (the
+    /// FLIH does; a spinning receiver leaves the connection to that reader).
+    pub(crate) fn poll_conns(&self, wait: bool) {
         if self.conn_count.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let conns: Vec<Arc<Conn>> = lock(&self.conns).values().cloned().collect();
-        for c in &conns {
-            self.conn_readable(c, false);
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 32];
+        loop {
+            let n = sys::epoll_wait(self.conn_epoll.as_raw_fd(), &mut events, 0).unwrap_or(0);
+            for ev in &events[..n] {
+                let (token, bits) = (ev.u64, ev.events);
+                let Some(conn) = lock(&self.conns).get(&token).cloned() else { continue };
+                let readable = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP) as u32;
+                if bits & readable != 0 {
+                    self.conn_readable(&conn, wait);
+                }
+                if bits & libc::EPOLLOUT as u32 != 0 {
+                    // The socket drained: push what senders queued.
+                    let _ = conn.flush();
+                }
+            }
+            if n < events.len() {
+                return;
+            }
+        }
+    }
+
+    /// Let the connection set wake the FLIH again.  A sleeper calls this
+    /// after arming its bell, so a packet that arrived before (still
+    /// reported by the set) or after fires the FLIH, which rings the bell.
+    pub(crate) fn arm_flih_for_conns(&self) {
+        let _ = sys::epoll_mod(self.epoll.as_raw_fd(), self.conn_epoll.as_raw_fd(), CONNS_IN_FLIH, TOKEN_CONNS);
+    }
+
+    /// The FLIH after draining the connection set: stay armed while anyone
+    /// sleeps.  (A sleeper counted after this load re-arms by itself.)
+    pub(crate) fn flih_conns_done(&self) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.arm_flih_for_conns();
         }
     }
 
@@ -635,7 +685,7 @@ impl Inner {
 
     fn drop_conn(&self, conn: &Conn) {
         conn.dead.store(true, Ordering::Release);
-        sys::epoll_del(self.epoll.as_raw_fd(), conn.stream.as_raw_fd());
+        sys::epoll_del(self.conn_epoll.as_raw_fd(), conn.stream.as_raw_fd());
         let mut conns = lock(&self.conns);
         conns.remove(&conn.token);
         self.conn_count.store(conns.len(), Ordering::Relaxed);
@@ -729,7 +779,7 @@ impl Inner {
             self.peer_exited(src);
         }
         drop(rx);
-        self.poll_conns();
+        self.poll_conns(false);
         if w.inbox_ready.load(Ordering::Acquire) {
             w.inbox_ready.store(false, Ordering::Relaxed);
             let batch: Vec<Inbound> = lock(&w.inbox).drain(..).collect();
@@ -823,8 +873,21 @@ impl Inner {
             }
         }
         let word = &self.control.window(window).bell;
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let woke = self.block(window, word, deadline, cb);
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        woke
+    }
+
+    /// The block phase of `wait`: arm, re-check, sleep, until something
+    /// for this window happens or the deadline passes.
+    fn block(&self, window: u32, word: &AtomicU32, deadline: Option<u64>, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Result<Woke> {
+        let expired = |now: u64| deadline.is_some_and(|d| now >= d);
         loop {
             let token = bell::arm(word);
+            if self.conn_count.load(Ordering::Relaxed) > 0 {
+                self.arm_flih_for_conns();
+            }
             if self.has_work(window) {
                 bell::disarm(word);
             } else {

@@ -1,9 +1,9 @@
-//! The FLIH: one epoll thread per process.  It watches the listener, every
-//! TCP connection and the pidfds of same-host peers, and turns readiness
-//! into window wake-ups (the SLIH, `Inner::wake_own`).  It never runs user
-//! callbacks.
+//! The FLIH: one epoll thread per process.  It watches the listener, the
+//! pidfds of same-host peers and, while some thread sleeps, the set of TCP
+//! connections, and turns readiness into window wake-ups (the SLIH,
+//! `Inner::wake_own`).  It never runs user callbacks.
 
-use crate::endpoint::{lock, Inner, PID_BIT, TOKEN_LISTENER, TOKEN_SHUTDOWN};
+use crate::endpoint::{Inner, PID_BIT, TOKEN_CONNS, TOKEN_LISTENER, TOKEN_SHUTDOWN};
 use crate::sys;
 use crate::tcp::{Conn, NO_TASK};
 use std::os::fd::AsRawFd;
@@ -17,22 +17,16 @@ pub(crate) fn run(inner: &Inner) {
             Err(_) => return,
         };
         for ev in &events[..n] {
-            let (token, bits) = (ev.u64, ev.events);
+            let token = ev.u64;
             match token {
                 TOKEN_SHUTDOWN => return,
                 TOKEN_LISTENER => accept_all(inner),
-                t if t & PID_BIT != 0 => inner.peer_exited((t & !PID_BIT) as u32),
-                t => {
-                    let Some(conn) = lock(&inner.conns).get(&t).cloned() else { continue };
-                    let readable = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP) as u32;
-                    if bits & readable != 0 {
-                        inner.conn_readable(&conn, true);
-                    }
-                    if bits & libc::EPOLLOUT as u32 != 0 {
-                        // The socket drained: push what senders queued.
-                        let _ = conn.flush();
-                    }
+                TOKEN_CONNS => {
+                    inner.poll_conns(true);
+                    inner.flih_conns_done();
                 }
+                t if t & PID_BIT != 0 => inner.peer_exited((t & !PID_BIT) as u32),
+                _ => {}
             }
         }
     }

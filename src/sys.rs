@@ -64,6 +64,13 @@ pub fn epoll_add(ep: RawFd, fd: RawFd, events: u32, token: u64) -> io::Result<()
     Ok(())
 }
 
+pub fn epoll_mod(ep: RawFd, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+    let mut ev = libc::epoll_event { events, u64: token };
+    // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+    syscall!(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_MOD, fd, &mut ev) })?;
+    Ok(())
+}
+
 pub fn epoll_del(ep: RawFd, fd: RawFd) {
     let mut ev = libc::epoll_event { events: 0, u64: 0 };
     // SAFETY: as above; failure (fd already gone) is harmless.
