@@ -50,6 +50,35 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Task ids are small dense integers: a multiplicative hash is enough and
+/// much cheaper than SipHash on the send path.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct TaskHash;
+
+#[derive(Default)]
+pub(crate) struct TaskHasher(u64);
+
+impl std::hash::BuildHasher for TaskHash {
+    type Hasher = TaskHasher;
+    fn build_hasher(&self) -> TaskHasher {
+        TaskHasher(0)
+    }
+}
+
+impl std::hash::Hasher for TaskHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ *b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// A send that did not fit yet: the rest of one message.
 struct Backlog {
     window: u32,
@@ -110,7 +139,7 @@ pub(crate) struct Inner {
     pub me: Address,
     control: Control,
     windows: Vec<WindowLocal>,
-    peers: RwLock<HashMap<u32, Arc<Peer>>>,
+    peers: RwLock<HashMap<u32, Arc<Peer>, TaskHash>>,
     pub conns: Mutex<HashMap<u64, Arc<Conn>>>,
     /// conns.len(), readable without the lock.
     conn_count: AtomicUsize,
@@ -188,7 +217,7 @@ impl Endpoint {
             me,
             control,
             windows: (0..MAX_WINDOWS).map(|_| WindowLocal::default()).collect(),
-            peers: RwLock::new(HashMap::new()),
+            peers: RwLock::new(HashMap::default()),
             conns: Mutex::new(HashMap::new()),
             conn_count: AtomicUsize::new(0),
             next_token: AtomicU64::new(3),
@@ -377,13 +406,19 @@ impl Inner {
         if window >= MAX_WINDOWS {
             return Err(Error::UnknownWindow);
         }
-        let p = self.peer(task)?;
+        // The hot path borrows the peer under the read lock (no Arc traffic);
+        // send_local never takes the peers lock again.
+        let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
+        let p = peers.get(&task).ok_or(Error::UnknownTask)?;
         if p.lost.load(Ordering::Acquire) {
             return Err(Error::PeerLost);
         }
         if p.local {
-            self.send_local(&p, window, tag, parts)
+            self.send_local(p, window, tag, parts)
         } else {
+            // A connect may block: don't hold the lock the FLIH needs.
+            let p = p.clone();
+            drop(peers);
             let conn = self.tcp_conn(&p)?;
             let hdr = FrameHeader { len, window, tag, kind: frame::KIND_MESSAGE };
             conn.send(hdr, parts, self.cfg.max_backlog)?;

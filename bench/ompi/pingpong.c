@@ -66,6 +66,36 @@ static void verify(const uint8_t *got, const uint8_t *want, size_t len, const ch
         bench_fail("%s: received data corrupted at message size %zu", what, size);
 }
 
+/* Both ranks run the same count: rank 0 caps `iters` so one size takes
+ * about SIZE_BUDGET_S at the pace the warm-up showed (a busy-polling
+ * transport across network namespaces runs at ~4 ms per round trip). */
+#define SIZE_BUDGET_S 0.5
+static size_t agreed_iters(int rank, size_t iters, size_t warm, double warm_s)
+{
+    unsigned long n = (unsigned long)iters;
+    if (rank == 0 && warm > 0 && warm_s > 0) {
+        double fit = SIZE_BUDGET_S / (warm_s / (double)warm);
+        if (fit < (double)n)
+            n = fit < 3 ? 3 : (unsigned long)fit;
+    }
+    MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG, 0, MPI_COMM_WORLD);
+    return (size_t)n;
+}
+
+static void pingpong_once(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf, size_t i)
+{
+    int peer = 1 - rank;
+    stamp(sbuf, size, i);
+    if (rank == 0) {
+        MPI_Send(sbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD);
+        MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+        MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(sbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD);
+    }
+    check_stamp(rbuf, size, i);
+}
+
 static double latency(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf)
 {
     /* Enough iterations for small messages to average out, bounded volume for big ones. */
@@ -73,24 +103,16 @@ static double latency(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf)
     if (quick)
         iters = clamp(iters / 10, 10, iters);
     size_t warm = iters / 10 + 2;
-    int peer = 1 - rank;
-    double t0 = 0;
 
     memset(rbuf, 0, size);
     MPI_Barrier(MPI_COMM_WORLD);
-    for (size_t i = 0; i < warm + iters; i++) {
-        if (i == warm)
-            t0 = now_s();
-        stamp(sbuf, size, i);
-        if (rank == 0) {
-            MPI_Send(sbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD);
-            MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        } else {
-            MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            MPI_Send(sbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD);
-        }
-        check_stamp(rbuf, size, i);
-    }
+    double w0 = now_s();
+    for (size_t i = 0; i < warm; i++)
+        pingpong_once(rank, size, sbuf, rbuf, i);
+    iters = agreed_iters(rank, iters, warm, now_s() - w0);
+    double t0 = now_s();
+    for (size_t i = warm; i < warm + iters; i++)
+        pingpong_once(rank, size, sbuf, rbuf, i);
     double t = now_s() - t0;
     verify(rbuf, sbuf, size, "latency", size);
     return t / (double)iters / 2.0 * 1e6;
@@ -109,11 +131,15 @@ static double bandwidth(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf)
     int ack = 0;
     double t0 = 0;
 
+    double w0 = 0;
     memset(rbuf, 0, size * window);
     MPI_Barrier(MPI_COMM_WORLD);
+    w0 = now_s();
     for (size_t i = 0; i < warm + iters; i++) {
-        if (i == warm)
+        if (i == warm) {
+            iters = agreed_iters(rank, iters, warm, now_s() - w0);
             t0 = now_s();
+        }
         stamp(sbuf, size, i); /* rank 1's copy is what the final check expects */
         if (rank == 0) {
             /* MPI-3 allows concurrent sends from one buffer. */
