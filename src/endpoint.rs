@@ -83,10 +83,23 @@ impl std::hash::Hasher for TaskHasher {
 struct Backlog {
     window: u32,
     tag: u8,
-    /// Bytes of the message from `base` on.
-    rest: Vec<u8>,
+    /// Bytes of the message from offset `start` on (copied at send time).
+    data: Vec<u8>,
+    start: u64,
+    /// Message offset written to the ring so far (>= start).
     base: u64,
     total: u64,
+}
+
+impl Backlog {
+    fn new(window: u32, tag: u8, g: &Gather, from: u64) -> Backlog {
+        Backlog { window, tag, data: g.to_vec_from(from), start: from, base: from, total: g.len() }
+    }
+
+    /// Bytes not yet in the ring.
+    fn left(&self) -> u64 {
+        self.total - self.base
+    }
 }
 
 #[derive(Default)]
@@ -159,6 +172,8 @@ pub(crate) struct Inner {
     /// Messages queued in peers' backlogs (a fast "anything to push?";
     /// counted in messages, since a zero-length message has no bytes).
     backlog_msgs: AtomicU64,
+    /// Bytes in those messages not yet in a ring (to see a stream move).
+    backlog_bytes: AtomicU64,
     parker: SharedFutex,
 }
 
@@ -228,6 +243,7 @@ impl Endpoint {
             listener,
             counters: Counters::default(),
             backlog_msgs: AtomicU64::new(0),
+            backlog_bytes: AtomicU64::new(0),
             parker: SharedFutex,
         });
         let flih_inner = inner.clone();
@@ -450,9 +466,10 @@ impl Inner {
                 self.push_backlog(p);
                 return Err(Error::WouldBlock);
             }
-            tx.backlog.push_back(Backlog { window, tag, rest: g.to_vec_from(0), base: 0, total: g.len() });
+            tx.backlog.push_back(Backlog::new(window, tag, &g, 0));
             tx.backlog_bytes += g.len();
             self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
+            self.backlog_bytes.fetch_add(g.len(), Ordering::Relaxed);
             self.push_locked(p, ctl, &mut tx);
             bump(&self.counters.shm_sent);
             return Ok(());
@@ -480,11 +497,12 @@ impl Inner {
             }
         }
         if !done {
-            let rest = g.to_vec_from(off);
-            let n = rest.len() as u64;
-            tx.backlog.push_back(Backlog { window, tag, rest, base: off, total: g.len() });
+            let b = Backlog::new(window, tag, &g, off);
+            let n = b.left();
+            tx.backlog.push_back(b);
             tx.backlog_bytes += n;
             self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
+            self.backlog_bytes.fetch_add(n, Ordering::Relaxed);
             if tx.rings[window as usize].as_mut().unwrap().set_waiting() {
                 self.push_locked(p, ctl, &mut tx);
             }
@@ -502,16 +520,15 @@ impl Inner {
             let Some(b) = tx.backlog.front_mut() else { break };
             let w = b.window as usize;
             let prod = tx.rings[w].as_mut().expect("ring made before queueing");
-            let parts = [&b.rest[..]];
+            let parts = [&b.data[(b.base - b.start) as usize..]];
             let g = Gather::with_base(&parts, b.base, b.total);
             let mut off = b.base;
-            let start = off;
             let done = prod.write(b.tag, &g, &mut off);
-            let wrote = off - start;
+            let wrote = off - b.base;
             rang[w] |= wrote > 0 || done;
-            b.rest.drain(..wrote as usize);
-            b.base += wrote;
+            b.base = off;
             tx.backlog_bytes -= wrote;
+            self.backlog_bytes.fetch_sub(wrote, Ordering::Relaxed);
             if done {
                 tx.backlog.pop_front();
                 self.backlog_msgs.fetch_sub(1, Ordering::Relaxed);
@@ -914,11 +931,63 @@ impl Inner {
         woke
     }
 
+    /// Before sleeping with queued sends: keep pushing while the receivers
+    /// keep draining (a stream), and stop once nothing moved for
+    /// STREAM_STALL_NS.  Sleeping here instead would turn a stream into a
+    /// relay of cross-CPU wake-ups, one per ring-full.
+    fn stream_backlog(&self, deadline: Option<u64>) {
+        let mut left = self.backlog_bytes.load(Ordering::Relaxed);
+        let mut since = sys::now_ns();
+        while self.backlog_msgs.load(Ordering::Relaxed) > 0 {
+            self.push_all_backlogs();
+            let now_left = self.backlog_bytes.load(Ordering::Relaxed);
+            let now = sys::now_ns();
+            if now_left < left {
+                left = now_left;
+                since = now;
+            } else if now - since > STREAM_STALL_NS || deadline.is_some_and(|d| now >= d) {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Part-way through a large message: keep polling while its chunks keep
+    /// coming, and sleep only once the sender stalled for STREAM_STALL_NS.
+    /// Sleeping between chunks would cost a cross-CPU wake-up per chunk.
+    fn stream_receive(&self, window: u32, deadline: Option<u64>, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Option<Woke> {
+        let w = &self.windows[window as usize];
+        let mut since = sys::now_ns();
+        loop {
+            let (mid, data) = match w.rx.try_lock() {
+                Ok(rx) => (rx.rings.iter().any(|r| r.in_message()), rx.rings.iter().any(|r| r.has_data())),
+                Err(_) => return None,
+            };
+            if !mid {
+                return None;
+            }
+            let now = sys::now_ns();
+            if data {
+                since = now;
+                if let Some(o) = self.progress(window, cb).outcome() {
+                    return Some(o);
+                }
+            } else if now - since > STREAM_STALL_NS || deadline.is_some_and(|d| now >= d) {
+                return None;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     /// The block phase of `wait`: arm, re-check, sleep, until something
     /// for this window happens or the deadline passes.
     fn block(&self, window: u32, word: &AtomicU32, deadline: Option<u64>, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Result<Woke> {
         let expired = |now: u64| deadline.is_some_and(|d| now >= d);
         loop {
+            self.stream_backlog(deadline);
+            if let Some(o) = self.stream_receive(window, deadline, cb) {
+                return Ok(o);
+            }
             let token = bell::arm(word);
             if self.conn_count.load(Ordering::Relaxed) > 0 {
                 self.arm_flih_for_conns();

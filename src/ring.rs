@@ -327,6 +327,11 @@ impl Consumer {
         self.hdr().producer_pid
     }
 
+    /// Part-way through a chunked message?
+    pub fn in_message(&self) -> bool {
+        self.assembling.is_some()
+    }
+
     /// Anything unread?  (Used for the re-check after arming.)
     pub fn has_data(&self) -> bool {
         self.hdr().tail.load(Ordering::Acquire) != self.head
