@@ -572,3 +572,16 @@ int dbt_verify(const uint8_t *buf, size_t len, uint64_t seed) {
   }
   return 1;
 }
+
+int dbt_run_all(int n, dbt_child_fn fn, void *arg, unsigned timeout_s, const char *dir,
+                const char *needle) {
+  unsigned before = dbt_failures();
+  dbt_job *job = dbt_spawn(n, fn, arg);
+  dbt_serve(job, timeout_s);
+  for (int i = 0; i < n; i++) dbt_check_exit0(job, i);
+  dbt_free(job);
+  int left = dbt_dir_entries(dir, needle);
+  dbt_check(left == 0, "no file%s%s left in %s after every endpoint was destroyed (%d found)",
+            needle ? " named after job " : "", needle ? needle : "", dir, left);
+  return (int)(dbt_failures() - before);
+}

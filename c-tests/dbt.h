@@ -55,6 +55,11 @@ pid_t dbt_pid(const dbt_job *job, int idx);
 /* Count a check "child idx exited with status 0". */
 int dbt_check_exit0(const dbt_job *job, int idx);
 void dbt_free(dbt_job *job);
+/* Spawn n children running fn, serve them for timeout_s, check every one
+ * exited 0, and check that no file containing `needle` (NULL: any file) is
+ * left in `dir`.  Returns the number of failed checks. */
+int dbt_run_all(int n, dbt_child_fn fn, void *arg, unsigned timeout_s, const char *dir,
+                const char *needle);
 
 /* Child side.  Every live child contributes `len` bytes; on return
  * all[i*slot ...] holds child i's bytes and lens[i] its length, or SIZE_MAX

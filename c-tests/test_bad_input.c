@@ -753,13 +753,7 @@ int main(void) {
   dbt_begin("bad_input");
   g_shm_a = dbt_tempdir("/dev/shm", "badinput");
   dbt_info("--- scenario A: arguments, blobs, tasks, windows, lengths, strangers ---");
-  dbt_job *job = dbt_spawn(4, child_a, NULL);
-  dbt_serve(job, 150);
-  for (int i = 0; i < 4; i++) dbt_check_exit0(job, i);
-  dbt_free(job);
-  int left = dbt_dir_entries(g_shm_a, NULL);
-  dbt_check(left == 0, "shm_dir %s is empty after every endpoint was destroyed (%d left)", g_shm_a,
-            left);
+  dbt_run_all(4, child_a, NULL, 150, g_shm_a, NULL);
   dbt_rmtree(g_shm_a);
   scenario_b();
   left = dbt_dir_entries("/dev/shm", dbt_jobkey());

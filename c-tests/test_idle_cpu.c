@@ -123,11 +123,6 @@ static int child(int idx, void *arg) {
 
 int main(void) {
   dbt_begin("idle_cpu");
-  dbt_job *job = dbt_spawn(3, child, NULL);
-  dbt_serve(job, 120);
-  for (int i = 0; i < 3; i++) dbt_check_exit0(job, i);
-  dbt_free(job);
-  int left = dbt_dir_entries("/dev/shm", dbt_jobkey());
-  dbt_check(left == 0, "no file named after job %s left in /dev/shm (%d found)", dbt_jobkey(), left);
+  dbt_run_all(3, child, NULL, 120, "/dev/shm", dbt_jobkey());
   return dbt_finish();
 }

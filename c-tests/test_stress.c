@@ -349,13 +349,7 @@ int main(void) {
            g_seed, g_per_sender, g_per_sender * NPROC);
   dbt_check(g_per_sender * NPROC >= 200000, "at least 200,000 messages in total");
   char *shm_dir = dbt_tempdir("/dev/shm", "stress");
-  dbt_job *job = dbt_spawn(NPROC, child, shm_dir);
-  dbt_serve(job, 600);
-  for (int i = 0; i < NPROC; i++) dbt_check_exit0(job, i);
-  dbt_free(job);
-  int left = dbt_dir_entries(shm_dir, NULL);
-  dbt_check(left == 0, "shm_dir %s is empty after every endpoint was destroyed (%d left)", shm_dir,
-            left);
+  dbt_run_all(NPROC, child, shm_dir, 600, shm_dir, NULL);
   dbt_rmtree(shm_dir);
   return dbt_finish();
 }
