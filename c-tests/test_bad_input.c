@@ -756,7 +756,7 @@ int main(void) {
   dbt_run_all(4, child_a, NULL, 150, g_shm_a, NULL);
   dbt_rmtree(g_shm_a);
   scenario_b();
-  left = dbt_dir_entries("/dev/shm", dbt_jobkey());
+  int left = dbt_dir_entries("/dev/shm", dbt_jobkey());
   dbt_check(left == 0, "no file named after job %s in /dev/shm (%d found)", dbt_jobkey(), left);
   return dbt_finish();
 }
