@@ -460,6 +460,12 @@ impl Inner {
             slot.new_rings.store(1, Ordering::Release);
         }
         if !tx.backlog.is_empty() {
+            // Drain what is queued first while the receiver keeps up, so a
+            // stream returns to copying straight into the ring instead of
+            // copying every message into the backlog first.
+            self.stream_push_locked(p, ctl, &mut tx);
+        }
+        if !tx.backlog.is_empty() {
             // Keep order behind what is already queued.
             if tx.backlog_bytes + g.len() > self.cfg.max_backlog {
                 drop(tx);
@@ -544,6 +550,27 @@ impl Inner {
             }
         }
         let _ = p;
+    }
+
+    /// push_locked until the backlog is empty or the receiver stopped
+    /// draining for STREAM_STALL_NS.
+    fn stream_push_locked(&self, p: &Peer, ctl: &Control, tx: &mut PeerTx) {
+        let mut left = tx.backlog_bytes;
+        let mut since = sys::now_ns();
+        loop {
+            self.push_locked(p, ctl, tx);
+            if tx.backlog.is_empty() {
+                return;
+            }
+            let now = sys::now_ns();
+            if tx.backlog_bytes < left {
+                left = tx.backlog_bytes;
+                since = now;
+            } else if now - since > STREAM_STALL_NS {
+                return;
+            }
+            std::hint::spin_loop();
+        }
     }
 
     fn push_backlog(&self, p: &Peer) {
