@@ -46,6 +46,37 @@ pub enum Woke {
     PeerLost(u32),
 }
 
+/// "Is a stream still moving?" for the spin-while-it-moves loops: gives up
+/// once nothing moved for STREAM_STALL_NS, or the deadline passed.
+struct Stall {
+    since: u64,
+    left: u64,
+    deadline: Option<u64>,
+}
+
+impl Stall {
+    fn new(deadline: Option<u64>) -> Stall {
+        Stall { since: sys::now_ns(), left: u64::MAX, deadline }
+    }
+
+    /// Note whether anything moved; true once the stream stalled.
+    fn stalled(&mut self, moved: bool) -> bool {
+        let now = sys::now_ns();
+        if moved {
+            self.since = now;
+            return false;
+        }
+        now - self.since > STREAM_STALL_NS || self.deadline.is_some_and(|d| now >= d)
+    }
+
+    /// As `stalled`, where moving means the bytes still to go shrank.
+    fn stalled_at(&mut self, left: u64) -> bool {
+        let moved = left < self.left;
+        self.left = self.left.min(left);
+        self.stalled(moved)
+    }
+}
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -343,6 +374,11 @@ impl Inner {
         Ok(())
     }
 
+    /// A snapshot of the peers, for passes that may take other locks.
+    fn peer_list(&self) -> Vec<Arc<Peer>> {
+        self.peers.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+
     pub(crate) fn peer(&self, task: u32) -> Result<Arc<Peer>> {
         self.peers.read().unwrap_or_else(|p| p.into_inner()).get(&task).cloned().ok_or(Error::UnknownTask)
     }
@@ -463,7 +499,7 @@ impl Inner {
             // Drain what is queued first while the receiver keeps up, so a
             // stream returns to copying straight into the ring instead of
             // copying every message into the backlog first.
-            self.stream_push_locked(p, ctl, &mut tx);
+            self.stream_push_locked(ctl, &mut tx);
         }
         if !tx.backlog.is_empty() {
             // Keep order behind what is already queued.
@@ -476,30 +512,22 @@ impl Inner {
             tx.backlog_bytes += g.len();
             self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
             self.backlog_bytes.fetch_add(g.len(), Ordering::Relaxed);
-            self.push_locked(p, ctl, &mut tx);
+            self.push_locked(ctl, &mut tx);
             bump(&self.counters.shm_sent);
             return Ok(());
         }
         let prod = tx.rings[window as usize].as_mut().unwrap();
         let mut off = 0u64;
         let mut done = prod.write(tag, &g, &mut off);
-        if !done {
-            // Stream: keep copying while the receiver keeps draining.
-            let mut last_unread = prod.unread();
-            let mut since = sys::now_ns();
-            while !done {
-                self.ring_bell(ctl, window);
-                std::hint::spin_loop();
-                done = prod.write(tag, &g, &mut off);
-                let unread = prod.unread();
-                let now = sys::now_ns();
-                if unread < last_unread {
-                    since = now;
-                }
-                last_unread = unread;
-                if !done && now - since > STREAM_STALL_NS {
-                    break;
-                }
+        // Stream: keep copying while the receiver keeps draining (a write
+        // makes headway only when it freed space).
+        let mut stall = Stall::new(None);
+        while !done {
+            self.ring_bell(ctl, window);
+            std::hint::spin_loop();
+            done = prod.write(tag, &g, &mut off);
+            if !done && stall.stalled_at(g.len() - off) {
+                break;
             }
         }
         if !done {
@@ -510,7 +538,7 @@ impl Inner {
             self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
             self.backlog_bytes.fetch_add(n, Ordering::Relaxed);
             if tx.rings[window as usize].as_mut().unwrap().set_waiting() {
-                self.push_locked(p, ctl, &mut tx);
+                self.push_locked(ctl, &mut tx);
             }
         }
         drop(tx);
@@ -520,7 +548,7 @@ impl Inner {
     }
 
     /// Push a peer's backlog into its rings as far as they take it.
-    fn push_locked(&self, p: &Peer, ctl: &Control, tx: &mut PeerTx) {
+    fn push_locked(&self, ctl: &Control, tx: &mut PeerTx) {
         let mut rang = [false; MAX_WINDOWS as usize];
         loop {
             let Some(b) = tx.backlog.front_mut() else { break };
@@ -549,24 +577,15 @@ impl Inner {
                 self.ring_bell(ctl, w as u32);
             }
         }
-        let _ = p;
     }
 
     /// push_locked until the backlog is empty or the receiver stopped
     /// draining for STREAM_STALL_NS.
-    fn stream_push_locked(&self, p: &Peer, ctl: &Control, tx: &mut PeerTx) {
-        let mut left = tx.backlog_bytes;
-        let mut since = sys::now_ns();
+    fn stream_push_locked(&self, ctl: &Control, tx: &mut PeerTx) {
+        let mut stall = Stall::new(None);
         loop {
-            self.push_locked(p, ctl, tx);
-            if tx.backlog.is_empty() {
-                return;
-            }
-            let now = sys::now_ns();
-            if tx.backlog_bytes < left {
-                left = tx.backlog_bytes;
-                since = now;
-            } else if now - since > STREAM_STALL_NS {
+            self.push_locked(ctl, tx);
+            if tx.backlog.is_empty() || stall.stalled_at(tx.backlog_bytes) {
                 return;
             }
             std::hint::spin_loop();
@@ -583,7 +602,7 @@ impl Inner {
         let Ok(ctl) = self.peer_control(p) else { return };
         if let Ok(mut tx) = p.tx.try_lock() {
             if !tx.backlog.is_empty() {
-                self.push_locked(p, ctl, &mut tx);
+                self.push_locked(ctl, &mut tx);
             }
         }
     }
@@ -592,7 +611,7 @@ impl Inner {
         if self.backlog_msgs.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let peers: Vec<_> = self.peers.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let peers = self.peer_list();
         for p in peers {
             if p.local && !p.lost.load(Ordering::Relaxed) {
                 self.push_backlog(&p);
@@ -909,7 +928,7 @@ impl Inner {
         if self.backlog_msgs.load(Ordering::Relaxed) == 0 {
             return false;
         }
-        let peers: Vec<_> = self.peers.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let peers = self.peer_list();
         peers.iter().filter(|p| p.local && !p.lost.load(Ordering::Relaxed)).any(|p| match p.tx.try_lock() {
             Ok(mut tx) => match tx.backlog.front().map(|b| b.window as usize) {
                 Some(w) => tx.rings[w].as_mut().is_some_and(|r| r.set_waiting()),
@@ -963,16 +982,10 @@ impl Inner {
     /// STREAM_STALL_NS.  Sleeping here instead would turn a stream into a
     /// relay of cross-CPU wake-ups, one per ring-full.
     fn stream_backlog(&self, deadline: Option<u64>) {
-        let mut left = self.backlog_bytes.load(Ordering::Relaxed);
-        let mut since = sys::now_ns();
+        let mut stall = Stall::new(deadline);
         while self.backlog_msgs.load(Ordering::Relaxed) > 0 {
             self.push_all_backlogs();
-            let now_left = self.backlog_bytes.load(Ordering::Relaxed);
-            let now = sys::now_ns();
-            if now_left < left {
-                left = now_left;
-                since = now;
-            } else if now - since > STREAM_STALL_NS || deadline.is_some_and(|d| now >= d) {
+            if stall.stalled_at(self.backlog_bytes.load(Ordering::Relaxed)) {
                 return;
             }
             std::hint::spin_loop();
@@ -984,23 +997,19 @@ impl Inner {
     /// Sleeping between chunks would cost a cross-CPU wake-up per chunk.
     fn stream_receive(&self, window: u32, deadline: Option<u64>, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Option<Woke> {
         let w = &self.windows[window as usize];
-        let mut since = sys::now_ns();
+        let mut stall = Stall::new(deadline);
         loop {
             let (mid, data) = match w.rx.try_lock() {
                 Ok(rx) => (rx.rings.iter().any(|r| r.in_message()), rx.rings.iter().any(|r| r.has_data())),
                 Err(_) => return None,
             };
-            if !mid {
+            if !mid || stall.stalled(data) {
                 return None;
             }
-            let now = sys::now_ns();
             if data {
-                since = now;
                 if let Some(o) = self.progress(window, cb).outcome() {
                     return Some(o);
                 }
-            } else if now - since > STREAM_STALL_NS || deadline.is_some_and(|d| now >= d) {
-                return None;
             }
             std::hint::spin_loop();
         }
