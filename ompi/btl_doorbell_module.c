@@ -605,13 +605,16 @@ static inline int core_to_opal(int rc)
     }
 }
 
-/* After every successful send: ring our own doorbell (free unless a thread
- * of this rank sleeps in progress: then it wakes and sees the completion),
- * and mark activity so the adaptive mode keeps spinning for spin_us --
- * a reply usually follows a send. */
+/* After every successful send: with threads, ring our own doorbell (no
+ * syscall unless another thread of this rank sleeps in progress: then it
+ * wakes and sees the completion; a single-threaded rank has no such
+ * thread, so it skips the call), and mark activity so the adaptive mode
+ * keeps spinning for spin_us -- a reply usually follows a send. */
 static inline void after_send(mca_btl_doorbell_module_t *module)
 {
-    (void) doorbell_local_notify(module->core, module->my_task, MCA_BTL_DOORBELL_WINDOW);
+    if (opal_using_threads()) {
+        (void) doorbell_local_notify(module->core, module->my_task, MCA_BTL_DOORBELL_WINDOW);
+    }
     module->send_activity = 1;
 }
 

@@ -352,13 +352,22 @@ pub extern "C" fn doorbell_sendv(
         if total > isize::MAX as u64 {
             return Err(Error::BadLength);
         }
-        let parts: Vec<&[u8]> = iov
-            .iter()
-            .filter(|v| v.len > 0)
-            // SAFETY: each entry points at `len` readable bytes (contract).
-            .map(|v| unsafe { std::slice::from_raw_parts(v.base as *const u8, v.len) })
-            .collect();
-        ep.send(task, window, tag, &parts)?;
+        // SAFETY: each entry points at `len` readable bytes (contract).
+        let slice = |v: &doorbell_iovec| unsafe { std::slice::from_raw_parts(v.base as *const u8, v.len) };
+        // The common case (an MPI header + payload) stays off the heap.
+        const ON_STACK: usize = 4;
+        if iovcnt <= ON_STACK {
+            let mut parts: [&[u8]; ON_STACK] = [&[]; ON_STACK];
+            for (p, v) in parts.iter_mut().zip(iov) {
+                if v.len > 0 {
+                    *p = slice(v);
+                }
+            }
+            ep.send(task, window, tag, &parts[..iovcnt])?;
+        } else {
+            let parts: Vec<&[u8]> = iov.iter().filter(|v| v.len > 0).map(slice).collect();
+            ep.send(task, window, tag, &parts)?;
+        }
         Ok(DOORBELL_OK)
     })
 }

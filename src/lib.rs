@@ -37,7 +37,11 @@ mod sync;
 #[cfg(not(loom))]
 mod sys;
 #[cfg(not(loom))]
+mod task_table;
+#[cfg(not(loom))]
 mod tcp;
+#[cfg(not(loom))]
+mod try_lock;
 #[cfg(not(loom))]
 pub use config::{Config, WaitMode};
 #[cfg(not(loom))]
