@@ -719,12 +719,11 @@ static int doorbell_component_progress(void)
         return 0;
     }
     /* The core progresses a window from one thread at a time, and the sleep
-     * bookkeeping below is single-threaded too. */
-    if (opal_atomic_swap_32(&module->progress_busy, 1)) {
+     * bookkeeping below is single-threaded too.  Without threads there is
+     * no other caller, and the locked swap (on every poll) is skipped. */
+    if (opal_using_threads() && opal_atomic_swap_32(&module->progress_busy, 1)) {
         return 0;
     }
-
-    now = mca_btl_doorbell_now_ns();
 
     if (module->ncompleted) {
         count += mca_btl_doorbell_drain_completed(module);
@@ -747,10 +746,23 @@ static int doorbell_component_progress(void)
         }
     }
 
-    if (count > 0 || opal_atomic_swap_32(&module->send_activity, 0)) {
-        module->last_event_ns = now;
+    if (count > 0 || (module->send_activity && opal_atomic_swap_32(&module->send_activity, 0))) {
+        /* Busy: no clock read on this path.  0 means "just now": the next
+         * idle call stamps both times, and does not sleep (a call after an
+         * event is never back to back). */
+        module->last_event_ns = 0;
+        module->last_call_ns = 0;
         module->idle_sleeps = 0;
-    } else if (should_sleep(module, now)) {
+        opal_atomic_wmb();
+        module->progress_busy = 0;
+        return count;
+    }
+
+    now = mca_btl_doorbell_now_ns();
+    if (0 == module->last_event_ns) {
+        module->last_event_ns = now;
+    }
+    if (should_sleep(module, now)) {
         memset(&wake, 0, sizeof(wake));
         module->sleeps++;
         uint64_t sleep_us = (uint64_t) MCA_BTL_DOORBELL_FIRST_SLEEP_US << module->idle_sleeps;
