@@ -323,6 +323,7 @@ static void bad_configs(void) {
       {"port_min > port_max", 5, 0, NULL, DOORBELL_ERR_INVALID_ARGUMENT},
       {"if_include names no interface", 6, 0, "dbt-no-such-if0", DOORBELL_ERR_NO_INTERFACE},
       {"if_include CIDR matches no address", 6, 0, "203.0.113.0/24", DOORBELL_ERR_NO_INTERFACE},
+      {"bulk_max_bytes 2 GiB (> 1 GiB)", 7, 0x80000000u, NULL, DOORBELL_ERR_INVALID_ARGUMENT},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     dbt_config(&c, 0, 1);
@@ -335,6 +336,7 @@ static void bad_configs(void) {
     case 4: c.max_message = cases[i].val; break;
     case 5: c.port_min = 40010; c.port_max = 40000; break;
     case 6: c.if_include = cases[i].str; break;
+    case 7: c.bulk_max_bytes = (uint32_t)cases[i].val; break;
     }
     ep = NULL;
     int rc = doorbell_endpoint_create(&c, &ep);
@@ -606,6 +608,7 @@ struct tiny {
   char dir[PATH_MAX];
   int want_send; /* room for both endpoints: the send (or connect) must fail */
   uint64_t used;  /* measured: bytes one endpoint occupies in its shm_dir */
+  int bulk;       /* run child_b3 (large messages, room for a ring only) */
 };
 
 static uint64_t dir_bytes(const char *dir) {
@@ -696,6 +699,64 @@ static int child_b(int idx, void *arg) {
   return 0;
 }
 
+/* Scenario B3: room for both endpoints and a 64 KiB ring, not for a bulk
+ * double buffer (2 x 256 KiB).  Messages too large to sit whole in the
+ * ring would go through one; making it fails, and they must still arrive,
+ * intact and in order, in ring chunks. */
+#define B3_MSGS 3
+#define B3_LEN (200u << 10)
+static int b3_got;
+static void b3_recv(void *ctx, uint32_t task, uint32_t window, uint8_t tag, const uint8_t *data,
+                    size_t len) {
+  (void)ctx; (void)task; (void)window;
+  dbt_check(tag == 5 && len == B3_LEN && dbt_verify(data, len, 300 + (uint64_t)b3_got),
+            "B3: message %d arrived intact and in order (tag %u, %zu bytes)", b3_got, tag, len);
+  b3_got++;
+}
+
+static int child_b3(int idx, void *arg) {
+  struct tiny *ty = arg;
+  doorbell_config cfg;
+  dbt_config(&cfg, (uint32_t)idx, 1);
+  cfg.shm_dir = ty->dir;
+  cfg.ring_bytes = 64u << 10;
+  doorbell_endpoint *ep = NULL;
+  dbt_peer me = {0}, peers[2];
+  me.task = (uint32_t)idx;
+  me.rc = doorbell_endpoint_create(&cfg, &ep);
+  dbt_check_rc(me.rc, DOORBELL_OK, "B3: endpoint_create with a 64 KiB ring");
+  dbt_exchange(me.rc == DOORBELL_OK ? ep : NULL, &me, peers, idx == 0 ? 2 : 0);
+  if (me.rc != DOORBELL_OK) {
+    dbt_barrier();
+    return 1;
+  }
+  uint32_t w0 = 0;
+  if (idx == 0) {
+    uint8_t *buf = malloc(B3_LEN);
+    for (int i = 0; i < B3_MSGS; i++) {
+      dbt_fill(buf, B3_LEN, 300 + (uint64_t)i);
+      dbt_check_rc(dbt_send_retry(ep, 1, 0, 5, buf, B3_LEN, &w0, 1, NULL, NULL, NULL), DOORBELL_OK,
+                   "B3: send %d of %u bytes (no room for a bulk buffer)", i, B3_LEN);
+    }
+    dbt_check_rc(dbt_drain(ep, &w0, 1, NULL, NULL, 60), DOORBELL_OK, "B3: flush");
+    free(buf);
+  } else {
+    double end = dbt_now() + 60;
+    while (b3_got < B3_MSGS && dbt_now() < end) {
+      doorbell_wake wk;
+      int rc = doorbell_wait(ep, 0, DOORBELL_WAIT_DEFAULT, 1000000, b3_recv, NULL, &wk);
+      if (rc < 0) {
+        dbt_check_rc(rc, DOORBELL_OK, "B3: doorbell_wait");
+        break;
+      }
+    }
+    dbt_check(b3_got == B3_MSGS, "B3: all %d messages arrived (%d)", B3_MSGS, b3_got);
+  }
+  dbt_barrier();
+  dbt_check_rc(doorbell_endpoint_destroy(ep), DOORBELL_OK, "B3: endpoint_destroy");
+  return 0;
+}
+
 static void full_tmpfs(struct tiny *ty, uint64_t bytes, const char *name) {
   dbt_info("--- scenario %s: shm_dir on a %lu-byte tmpfs ---", name, (unsigned long)bytes);
   char *d = dbt_tempdir("/tmp", "tinyshm");
@@ -709,7 +770,7 @@ static void full_tmpfs(struct tiny *ty, uint64_t bytes, const char *name) {
     rmdir(ty->dir);
     return;
   }
-  dbt_job *job = dbt_spawn(2, child_b, ty);
+  dbt_job *job = dbt_spawn(2, ty->bulk ? child_b3 : child_b, ty);
   dbt_serve(job, 60);
   for (int i = 0; i < 2; i++) dbt_check_exit0(job, i); /* a SIGBUS would show here */
   dbt_free(job);
@@ -747,6 +808,9 @@ static void scenario_b(void) {
     return;
   ty->want_send = 1;
   full_tmpfs(ty, 2 * ty->used + (64 << 10), "B2 (room for 2 endpoints, not for a 1 MiB ring)");
+  ty->bulk = 1;
+  full_tmpfs(ty, 2 * ty->used + (128 << 10),
+             "B3 (room for 2 endpoints and a 64 KiB ring, not for a bulk buffer)");
 }
 
 int main(void) {

@@ -14,6 +14,12 @@
 #include <stdint.h>
 #include <stddef.h>
 
+#define BULK_VERSION 1
+
+#define SLOTS 2
+
+#define BULK_REF_BYTES 16
+
 #define DOORBELL_OK 0
 
 /*
@@ -197,7 +203,12 @@ typedef struct doorbell_config {
    */
   uint16_t port_min;
   uint16_t port_max;
-  uint32_t _reserved;
+  /*
+   Messages over ring_bytes / 4 and up to this many bytes go through a
+   per-ring double buffer of two message-sized slots (one copy on each
+   side) instead of ring chunks; 0: 64 MiB; at most 1 GiB; 1: never.
+   */
+  uint32_t bulk_max_bytes;
   /*
    Largest message; 0: 1 GiB; at most 4 GiB - 1.
    */

@@ -41,6 +41,9 @@ pub struct Config {
     pub job: String,
     pub shm_dir: String,
     pub ring_bytes: u32,
+    /// Messages over a quarter ring and up to this go through the ring's
+    /// bulk double buffer (bulk.rs); below ring_bytes / 4 it is never used.
+    pub bulk_max: u64,
     pub wait_mode: WaitMode,
     pub spin_us: u32,
     pub force_tcp: bool,
@@ -60,6 +63,7 @@ impl Default for Config {
             job: "doorbell".into(),
             shm_dir: std::env::var("DOORBELL_SHM_DIR").unwrap_or_else(|_| "/dev/shm".into()),
             ring_bytes: 1 << 20,
+            bulk_max: 64 << 20,
             wait_mode: env_wait_mode().unwrap_or(WaitMode::Adaptive),
             spin_us: 50,
             force_tcp: false,
@@ -96,6 +100,7 @@ impl Config {
             || !ports_ok
             || self.max_message == 0
             || self.max_message > u32::MAX as u64
+            || self.bulk_max > 1 << 30
             || self.shm_dir.is_empty()
         {
             return Err(Error::InvalidArgument);

@@ -56,11 +56,19 @@ struct Stall {
     since: Option<u64>,
     left: u64,
     deadline: Option<u64>,
+    limit: u64,
 }
 
 impl Stall {
     fn new(deadline: Option<u64>) -> Stall {
-        Stall { since: None, left: u64::MAX, deadline }
+        Stall { since: None, left: u64::MAX, deadline, limit: STREAM_STALL_NS }
+    }
+
+    /// Waiting to write a `len`-byte message: a whole one (a bulk slot)
+    /// moves only when the receiver finished copying the previous one, so
+    /// allow the time that copy takes at 4 GB/s (at most 20 ms).
+    fn for_message(len: u64) -> Stall {
+        Stall { limit: (len / 4).clamp(STREAM_STALL_NS, 20_000_000), ..Stall::new(None) }
     }
 
     /// Note whether anything moved; true once the stream stalled.
@@ -71,7 +79,7 @@ impl Stall {
             self.since = Some(now);
             return false;
         }
-        now - since > STREAM_STALL_NS || self.deadline.is_some_and(|d| now >= d)
+        now - since > self.limit || self.deadline.is_some_and(|d| now >= d)
     }
 
     /// As `stalled`, where moving means the bytes still to go shrank.
@@ -468,7 +476,15 @@ impl Inner {
         let g = Gather::new(parts);
         let mut tx = lock(&p.tx);
         if tx.rings[window as usize].is_none() {
-            let prod = Producer::create(&self.cfg.shm_dir, &self.cfg.job, self.cfg.task, p.task, window, self.cfg.ring_bytes)?;
+            let prod = Producer::create(
+                &self.cfg.shm_dir,
+                &self.cfg.job,
+                self.cfg.task,
+                p.task,
+                window,
+                self.cfg.ring_bytes,
+                self.cfg.bulk_max,
+            )?;
             tx.rings[window as usize] = Some(prod);
             // Announce the ring: bitmap bit, then the flag the receiver polls.
             let slot = ctl.window(window);
@@ -502,7 +518,7 @@ impl Inner {
         let mut done = prod.write(tag, &g, &mut off);
         // Stream: keep copying while the receiver keeps draining (a write
         // makes headway only when it freed space).
-        let mut stall = Stall::new(None);
+        let mut stall = Stall::for_message(g.len());
         while !done {
             self.ring_bell(ctl, window);
             std::hint::spin_loop();

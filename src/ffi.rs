@@ -102,7 +102,10 @@ pub struct doorbell_config {
     /// TCP listen port range; 0: an ephemeral port.
     pub port_min: u16,
     pub port_max: u16,
-    pub _reserved: u32,
+    /// Messages over ring_bytes / 4 and up to this many bytes go through a
+    /// per-ring double buffer of two message-sized slots (one copy on each
+    /// side) instead of ring chunks; 0: 64 MiB; at most 1 GiB; 1: never.
+    pub bulk_max_bytes: u32,
     /// Largest message; 0: 1 GiB; at most 4 GiB - 1.
     pub max_message: u64,
     /// Queued unsent bytes per peer before WOULD_BLOCK; 0: 256 MiB.
@@ -172,7 +175,7 @@ pub extern "C" fn doorbell_config_init(cfg: *mut doorbell_config) -> c_int {
             if_exclude: std::ptr::null(),
             port_min: 0,
             port_max: 0,
-            _reserved: 0,
+            bulk_max_bytes: 0,
             max_message: 0,
             max_backlog: 0,
         };
@@ -193,6 +196,9 @@ fn config_from_c(c: &doorbell_config) -> Result<Config, Error> {
     }
     if c.ring_bytes != 0 {
         cfg.ring_bytes = c.ring_bytes;
+    }
+    if c.bulk_max_bytes != 0 {
+        cfg.bulk_max = c.bulk_max_bytes as u64;
     }
     if let Some(m) = WaitMode::from_code(c.wait_mode).ok_or(Error::InvalidArgument)? {
         cfg.wait_mode = m;

@@ -12,6 +12,8 @@
 pub mod address;
 pub mod bell;
 #[cfg(not(loom))]
+pub mod bulk;
+#[cfg(not(loom))]
 pub mod config;
 #[cfg(not(loom))]
 pub mod control;

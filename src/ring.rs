@@ -12,7 +12,10 @@
 //! the offset in `data`.  A record never wraps: a PAD record fills the end.
 //! A message that does not fit goes as a FIRST chunk, middle chunks, and a
 //! LAST chunk; a small message is kept whole so the receiver reads it in
-//! place.  All atomics of the ring are here:
+//! place.  A message too large to sit whole (over a quarter ring) and at
+//! most `bulk_max` goes through the ring's bulk double buffer instead
+//! (bulk.rs): the ring carries a BULK record naming the slot.  All atomics
+//! of the ring are here:
 //!
 //! - SYNC POINT R1: producer writes record + payload, then `tail` (Release);
 //!   consumer loads `tail` (Acquire), then reads them.
@@ -22,6 +25,7 @@
 //!   producer sets `producer_waiting`, SeqCst fence, re-reads `head`;
 //!   consumer stores `head`, SeqCst fence, reads `producer_waiting`.
 
+use crate::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK_REF_BYTES};
 use crate::error::{Error, Result};
 use crate::shm::{ring_name, Segment, ShmSafe};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -38,6 +42,8 @@ const MIN_CHUNK: u64 = 256;
 const FIRST: u8 = 1;
 const LAST: u8 = 2;
 const PAD: u8 = 4;
+/// FIRST | LAST | BULK: the payload is a BulkRef, the message is in a slot.
+const BULK: u8 = 8;
 
 #[repr(C)]
 pub struct RingHeader {
@@ -144,16 +150,34 @@ impl<'a> Gather<'a> {
     }
 }
 
+/// Where a ring's files live and whose they are (to name its bulk segments).
+#[derive(Clone)]
+struct RingId {
+    dir: String,
+    job: String,
+    src: u32,
+    dst: u32,
+    window: u32,
+}
+
 pub struct Producer {
     seg: Segment,
     cap: u64,
     tail: u64,
     head_cache: u64,
+    id: RingId,
+    /// Largest message sent through the bulk double buffer (0: never).
+    bulk_max: u64,
+    bulk: Option<BulkProducer>,
+    /// Older generations the receiver may still read from.
+    retired: Vec<BulkProducer>,
+    /// Making a bulk segment failed (shm full): chunks from now on.
+    bulk_failed: bool,
 }
 
 impl Producer {
     /// Create the ring segment from `src` to (`dst`, `window`).
-    pub fn create(dir: &str, job: &str, src: u32, dst: u32, window: u32, capacity: u32) -> Result<Producer> {
+    pub fn create(dir: &str, job: &str, src: u32, dst: u32, window: u32, capacity: u32, bulk_max: u64) -> Result<Producer> {
         let seg = Segment::create(dir, &ring_name(job, src, dst, window), HEADER_BYTES + capacity as usize)?;
         // SAFETY: the segment is new and not yet announced to anyone; these
         // plain writes are published by the Release store of `version`.
@@ -166,7 +190,17 @@ impl Producer {
             (*h).consumer_task = dst;
             (*h).window = window;
         }
-        let p = Producer { seg, cap: capacity as u64, tail: 0, head_cache: 0 };
+        let p = Producer {
+            seg,
+            cap: capacity as u64,
+            tail: 0,
+            head_cache: 0,
+            id: RingId { dir: dir.into(), job: job.into(), src, dst, window },
+            bulk_max,
+            bulk: None,
+            retired: Vec::new(),
+            bulk_failed: false,
+        };
         p.hdr().version.store(RING_VERSION, Ordering::Release);
         Ok(p)
     }
@@ -208,6 +242,14 @@ impl Producer {
     /// once the whole message is in the ring.
     pub fn write(&mut self, tag: u8, msg: &Gather, offset: &mut u64) -> bool {
         let total = msg.len();
+        if *offset == 0 && REC + align16(total) > self.cap / 4 && total <= self.bulk_max {
+            if let Some(done) = self.write_bulk(tag, msg) {
+                if done {
+                    *offset = total;
+                }
+                return done;
+            }
+        }
         loop {
             let remaining = total - *offset;
             let pos = self.tail % self.cap;
@@ -261,6 +303,52 @@ impl Producer {
         }
     }
 
+    /// Put the whole message in a bulk slot and its BulkRef in the ring.
+    /// Some(false): no slot or no ring room yet (try again, like a full
+    /// ring); None: no bulk segment can be made, send it in chunks.
+    fn write_bulk(&mut self, tag: u8, msg: &Gather) -> Option<bool> {
+        let total = msg.len();
+        let need = REC + BULK_REF_BYTES as u64;
+        let to_end = self.cap - self.tail % self.cap;
+        let pad = if to_end < need { to_end } else { 0 };
+        if self.free(pad + need) < pad + need {
+            return Some(false);
+        }
+        if !self.bulk.as_ref().is_some_and(|b| b.holds(total)) {
+            if self.bulk_failed {
+                return None;
+            }
+            let id = &self.id;
+            let generation = self.bulk.as_ref().map_or(0, |b| b.generation + 1);
+            match BulkProducer::create(&id.dir, &id.job, id.src, id.dst, id.window, generation, slot_bytes_for(total)) {
+                Ok(b) => self.retired.extend(self.bulk.replace(b)),
+                Err(_) => {
+                    self.bulk_failed = true;
+                    return None;
+                }
+            }
+        }
+        // A retired generation whose slots are all free was read to the end
+        // (every generation is filled right after it is made).
+        self.retired.retain(|b| !b.idle());
+        let bulk = self.bulk.as_mut().expect("made above");
+        let Some(slot) = bulk.free_slot() else { return Some(false) };
+        // SAFETY: fill hands us the slot's start, valid for slot_bytes >= total.
+        let r = bulk.fill(slot, total, |dst| unsafe { msg.copy_to(dst, 0, total) });
+        let payload = r.to_bytes();
+        let parts = [&payload[..]];
+        let rec = |len: u64, flags: u8| Record { len: len as u32, total: total as u32, tag, flags, _pad: [0; 6] };
+        // SAFETY: free >= pad + need was checked: the PAD (to the end) and the
+        // record fit, and positions are 16-aligned.
+        unsafe {
+            if pad > 0 {
+                self.put(rec(0, PAD), None);
+            }
+            self.put(rec(BULK_REF_BYTES as u64, FIRST | LAST | BULK), Some((&Gather::new(&parts), 0)));
+        }
+        Some(true)
+    }
+
     /// Ask the consumer to ring us when it frees space.  Returns true if
     /// space appeared meanwhile (then write again instead of sleeping).
     pub fn set_waiting(&mut self) -> bool {
@@ -294,6 +382,9 @@ pub struct Consumer {
     /// not fault in fresh pages for every one.
     spare: Vec<u8>,
     pub src: u32,
+    id: RingId,
+    /// The sender's bulk generation in use, mapped at its first record.
+    bulk: Option<BulkConsumer>,
 }
 
 impl Consumer {
@@ -316,7 +407,8 @@ impl Consumer {
             return Err(Error::Shm);
         }
         let head = h.head.load(Ordering::Acquire);
-        Ok(Consumer { seg, cap, head, max_message, assembling: None, spare: Vec::new(), src })
+        let id = RingId { dir: dir.into(), job: job.into(), src, dst, window };
+        Ok(Consumer { seg, cap, head, max_message, assembling: None, spare: Vec::new(), src, id, bulk: None })
     }
 
     fn hdr(&self) -> &RingHeader {
@@ -359,7 +451,18 @@ impl Consumer {
             if pos + size > self.cap || size > avail {
                 return Err(Error::Shm);
             }
-            if rec.flags & PAD == 0 {
+            if rec.flags & BULK != 0 {
+                // SAFETY: REC + len <= size and pos + size <= cap: in the data area.
+                let payload = unsafe { std::slice::from_raw_parts(at.add(REC as usize), rec.len as usize) };
+                let r = BulkRef::from_bytes(payload).ok_or(Error::Shm)?;
+                if rec.flags != FIRST | LAST | BULK || self.assembling.is_some() || r.len != rec.total as u64 {
+                    return Err(Error::Shm);
+                }
+                let bulk = self.bulk_generation(r.generation)?;
+                deliver(rec.tag, bulk.message(&r)?);
+                bulk.release(&r);
+                n += 1;
+            } else if rec.flags & PAD == 0 {
                 // SAFETY: REC + len <= size and pos + size <= cap: in the data area.
                 let payload = unsafe { std::slice::from_raw_parts(at.add(REC as usize), rec.len as usize) };
                 match (rec.flags & (FIRST | LAST), self.assembling.take()) {
@@ -402,6 +505,20 @@ impl Consumer {
         Ok(n)
     }
 
+    /// The bulk mapping of `generation`: the current one, or the next one
+    /// the sender made (generations only grow; the old mapping goes).
+    fn bulk_generation(&mut self, generation: u32) -> Result<&BulkConsumer> {
+        match &self.bulk {
+            Some(b) if b.generation == generation => {}
+            Some(b) if b.generation > generation => return Err(Error::Shm),
+            _ => {
+                let id = &self.id;
+                self.bulk = Some(BulkConsumer::open(&id.dir, &id.job, id.src, id.dst, id.window, generation)?);
+            }
+        }
+        Ok(self.bulk.as_ref().expect("set above"))
+    }
+
     /// After consuming: did the producer ask to be rung?  (Clears the flag.)
     pub fn take_producer_waiting(&self) -> bool {
         // SYNC POINT R3 (consumer side).
@@ -417,7 +534,7 @@ mod tests {
 
     fn pair(tag: &str, cap: u32) -> (Producer, Consumer) {
         let job = format!("ut-{}-{}", tag, std::process::id());
-        let p = Producer::create("/dev/shm", &job, 1, 2, 0, cap).unwrap();
+        let p = Producer::create("/dev/shm", &job, 1, 2, 0, cap, 0).unwrap();
         let c = Consumer::open("/dev/shm", &job, 1, 2, 0, 1 << 30).unwrap();
         (p, c)
     }
@@ -507,6 +624,108 @@ mod tests {
         assert!(!c.take_producer_waiting(), "the flag is taken once");
         let mut off = 0;
         assert!(p.write(1, &g, &mut off));
+    }
+
+    fn bulk_pair(tag: &str, cap: u32, bulk_max: u64) -> (Producer, Consumer, String) {
+        let job = format!("ut-{}-{}", tag, std::process::id());
+        let p = Producer::create("/dev/shm", &job, 1, 2, 0, cap, bulk_max).unwrap();
+        let c = Consumer::open("/dev/shm", &job, 1, 2, 0, 1 << 30).unwrap();
+        (p, c, job)
+    }
+
+    fn files_of(job: &str) -> Vec<String> {
+        std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(job))
+            .collect()
+    }
+
+    #[test]
+    fn large_messages_go_through_bulk_slots_in_order() {
+        let (mut p, mut c, job) = bulk_pair("bulk", 8192, 1 << 20);
+        // Mixed: ring-whole (<= 2 KiB), bulk (2 KiB .. 1 MiB, generations
+        // growing 256 KiB -> 1 MiB), and chunked (> bulk_max).
+        let sizes = [10usize, 5000, 300_000, 7, 1 << 20, 3000, (1 << 20) + 1, 0, 100_000, 2048];
+        let msgs: Vec<_> = sizes.iter().enumerate().map(|(i, &n)| pattern(i as u64 + 40, n)).collect();
+        let mut got = vec![];
+        let mut waits = 0;
+        for m in &msgs {
+            let cut = 3.min(m.len());
+            let parts = [&m[..cut], &m[cut..]];
+            let g = Gather::new(&parts);
+            let mut off = 0;
+            while !p.write(4, &g, &mut off) {
+                got.extend(drain(&mut c));
+                waits += 1;
+            }
+        }
+        got.extend(drain(&mut c));
+        assert_eq!(got.len(), msgs.len());
+        for (i, (g, m)) in got.iter().zip(&msgs).enumerate() {
+            assert_eq!(g.0, 4);
+            assert!(&g.1 == m, "message {i} ({} B) differs", m.len());
+        }
+        // Two slots: a third bulk message in a row waited for the first.
+        assert!(waits > 0);
+        let gens = p.bulk.as_ref().unwrap().generation;
+        assert!(gens >= 2, "the slot size grew through generations (now {gens})");
+        // The receiver unlinked every generation it mapped, and the ring.
+        assert!(files_of(&job).is_empty(), "left: {:?}", files_of(&job));
+        drop(p);
+        assert!(files_of(&job).is_empty());
+    }
+
+    #[test]
+    fn bulk_slot_is_handed_over_in_place_and_freed() {
+        let (mut p, mut c, _job) = bulk_pair("bulkslot", 4096, 1 << 20);
+        let m = pattern(7, 50_000);
+        let parts = [&m[..]];
+        let g = Gather::new(&parts);
+        for _ in 0..2 {
+            let mut off = 0;
+            assert!(p.write(1, &g, &mut off), "two slots take two messages");
+        }
+        let mut off = 0;
+        assert!(!p.write(1, &g, &mut off), "both slots are full");
+        assert_eq!(off, 0);
+        // The callback sees the slot itself: no copy into the ring or a buffer.
+        let mut seen = vec![];
+        c.poll(1, &mut |_, d| seen.push((d.as_ptr() as usize, d.len()))).unwrap();
+        assert_eq!(seen.len(), 1);
+        assert!(p.write(1, &g, &mut off), "the freed slot is used again");
+        let mut more = vec![];
+        c.poll(10, &mut |_, d| more.push((d.as_ptr() as usize, d == &m[..]))).unwrap();
+        assert_eq!(more.len(), 2);
+        assert!(more.iter().all(|&(_, same)| same));
+        assert_eq!(more[1].0, seen[0].0, "slot 0 carried the first and the third message");
+    }
+
+    #[test]
+    fn bad_bulk_references_are_errors() {
+        let (mut p, mut c, _job) = bulk_pair("bulkbad", 4096, 1 << 20);
+        let m = pattern(1, 20_000);
+        let parts = [&m[..]];
+        let mut off = 0;
+        assert!(p.write(1, &Gather::new(&parts), &mut off));
+        // SAFETY: test-only: the BulkRef payload sits after the 16-B record.
+        let at = unsafe { p.data().add(REC as usize) };
+        let good = BulkRef::from_bytes(unsafe { std::slice::from_raw_parts(at, 16) }).unwrap();
+        for bad in [
+            BulkRef { slot: 2, ..good },
+            BulkRef { len: 1 << 40, ..good },
+            BulkRef { generation: good.generation + 5, ..good },
+        ] {
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(bad.to_bytes().as_ptr(), at, 16) };
+            // A bad record is refused before `head` moves past it, so the
+            // same consumer can be shown the next variant.
+            assert_eq!(c.poll(10, &mut |_, _| panic!("must not deliver")), Err(Error::Shm), "{bad:?}");
+        }
+        // SAFETY: as above.
+        unsafe { std::ptr::copy_nonoverlapping(good.to_bytes().as_ptr(), at, 16) };
+        assert_eq!(drain(&mut c).len(), 1);
     }
 
     #[test]

@@ -167,3 +167,9 @@ pub fn control_name(job: &str, task: u32) -> String {
 pub fn ring_name(job: &str, src: u32, dst: u32, window: u32) -> String {
     format!("{PREFIX}{job}-r{src}-{dst}-w{window}")
 }
+
+/// The bulk double buffer of that ring, one file per generation.  Its name
+/// extends the ring's, so unlink_task_files reaps it with the ring.
+pub fn bulk_name(job: &str, src: u32, dst: u32, window: u32, generation: u32) -> String {
+    format!("{}-b{generation}", ring_name(job, src, dst, window))
+}
