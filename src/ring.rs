@@ -31,7 +31,8 @@ use crate::shm::{ring_name, Segment, ShmSafe};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"DBRING\0\0");
-pub const RING_VERSION: u32 = 1;
+/// 2: BULK records (bulk.rs).
+pub const RING_VERSION: u32 = 2;
 pub const HEADER_BYTES: usize = 256;
 const REC: u64 = 16;
 /// Largest reassembly buffer a consumer keeps for the next message.
