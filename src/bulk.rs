@@ -18,6 +18,12 @@
 //! offset 4096  slot 0 [slot_bytes], slot 1 [slot_bytes]   (page aligned)
 //! ```
 //!
+//! A slot still FULL when its sender closes keeps its file (the sender
+//! does not unlink it): like data in a ring the receiver has mapped, the
+//! message outlives the sender.  The receiver unlinks the file when it
+//! maps it, or at its own close (`shm::unlink_bulk_to`), and the files of a
+//! dead receiver are reaped with its rings.
+//!
 //! A segment's slot size is fixed; a larger message makes a new segment
 //! (the next *generation*, named in the BULK record).  The receiver maps a
 //! generation when its first record arrives and drops the previous one;
@@ -178,6 +184,15 @@ impl BulkProducer {
     pub fn idle(&self) -> bool {
         let h = header(&self.seg);
         h.slots.iter().all(|s| s.state.load(Ordering::Acquire) == FREE)
+    }
+}
+
+impl Drop for BulkProducer {
+    fn drop(&mut self) {
+        if !self.idle() {
+            // A message the receiver has not taken yet: leave it the file.
+            self.seg.set_unlink_on_drop(false);
+        }
     }
 }
 

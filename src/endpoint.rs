@@ -351,7 +351,9 @@ impl Drop for Endpoint {
         if let Some(h) = self.flih.take() {
             let _ = h.join();
         }
-        // Dropping Inner unlinks our control segment and our ring files.
+        // Dropping Inner unlinks our control segment and our ring files
+        // (bulk files with a message still unread stay for their reader).
+        crate::shm::unlink_bulk_to(&self.inner.cfg.shm_dir, &self.inner.cfg.job, self.inner.cfg.task);
     }
 }
 

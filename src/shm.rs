@@ -130,6 +130,21 @@ pub fn unlink_task_files(dir: &str, job: &str, task: u32) {
     }
 }
 
+/// At `task`'s close: remove the bulk files that senders left for it
+/// (messages it never took; see bulk.rs).
+pub fn unlink_bulk_to(dir: &str, job: &str, task: u32) {
+    let ring_prefix = format!("{PREFIX}{job}-r");
+    let to = format!("-{task}-w");
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for entry in rd.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(&ring_prefix) && name.contains(&to) && name.rsplit_once("-b").is_some_and(|(_, g)| g.parse::<u32>().is_ok()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Remove the files of tasks whose process is gone: a job whose every task
 /// was killed leaves files nobody else would clean.  A control segment names
 /// its owner's pid (offset 12 of its header); a file whose owner still runs,

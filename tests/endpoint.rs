@@ -244,3 +244,59 @@ fn send_to_self_goes_through_a_ring() {
     let got = recv(&a, WaitMode::Block, 1);
     assert_eq!(got, vec![(0, 5, b"me".to_vec())]);
 }
+
+/// A large (bulk) message sent right before its sender closes still
+/// arrives, like one in a ring the receiver has mapped; no file is left.
+#[test]
+fn bulk_message_outlives_its_closed_sender() {
+    let j = job();
+    let rx = ep(&j, 0, 1);
+    let tx = ep(&j, 1, 1);
+    connect_all(&[&rx, &tx]);
+    tx.send(0, 0, 1, &[b"hello"]).unwrap();
+    assert_eq!(recv(&rx, WaitMode::Poll, 1)[0].2, b"hello");
+    let big: Vec<u8> = (0..(3usize << 20)).map(|i| (i % 253) as u8).collect();
+    tx.send(0, 0, 2, &[&big]).unwrap();
+    tx.send(0, 0, 3, &[b"after"]).unwrap();
+    drop(tx);
+    let mut got = vec![];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < 2 {
+        assert!(Instant::now() < deadline, "timed out with {} of 2", got.len());
+        let _ = rx.wait(0, Some(WaitMode::Poll), Some(Duration::from_millis(100)), &mut |_, tag, d| got.push((tag, d.to_vec())));
+    }
+    assert_eq!(got[0].0, 2);
+    assert!(got[0].1 == big, "the 3 MiB message arrived intact");
+    assert_eq!(got[1], (3, b"after".to_vec()));
+    drop(rx);
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(&j))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A receiver that closes without taking a bulk message leaves no file.
+#[test]
+fn unread_bulk_file_is_removed_at_the_receivers_close() {
+    let j = job();
+    let rx = ep(&j, 0, 1);
+    let tx = ep(&j, 1, 1);
+    connect_all(&[&rx, &tx]);
+    let big = vec![7u8; 1 << 20];
+    tx.send(0, 0, 2, &[&big]).unwrap();
+    drop(tx);
+    let files = || -> Vec<String> {
+        std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(&j))
+            .collect()
+    };
+    assert!(files().iter().any(|n| n.contains("-b")), "the unread bulk file stays for its reader: {:?}", files());
+    drop(rx);
+    assert!(files().is_empty(), "left behind: {:?}", files());
+}
