@@ -202,26 +202,39 @@ mod loom_tests {
 
     /// The backpressure wake-up (ring.rs SYNC POINT R3 with this bell): a
     /// producer with a queued rest raises `producer_waiting`, arms its own
-    /// bell, raises the flag again and re-reads `head` before sleeping; the
-    /// consumer stores `head`, then takes the flag and rings.  Without the
+    /// bell, raises the flag again and re-reads `head` before sleeping.  The
+    /// consumer stores `head` with no fence and reads the flag with a plain
+    /// load; before it would sleep it arms its own bell (a SeqCst fence) and
+    /// reads the flag again -- that second read is what pairs with the
+    /// producer's fence.  The model ends the consumer there (a consumer that
+    /// keeps polling reads the flag again anyway).  Without the producer's
     /// backlog re-check after arming, a consumer that took the flag before
     /// the arm rang an unarmed bell and the producer slept forever (a bug we
-    /// had; replacing the re-check with `false` makes loom report it).
+    /// had); replacing that re-check, or the consumer's post-arm read, with
+    /// `false` makes loom report a deadlock.
     #[test]
     fn backpressure_wakeup_not_lost() {
         use loom::sync::atomic::AtomicU64;
         loom::model(|| {
             let bell = Arc::new(AtomicU32::new(0));
+            let consumer_bell = Arc::new(AtomicU32::new(0));
             let head = Arc::new(AtomicU64::new(0));
             let waiting = Arc::new(AtomicU32::new(0));
             let fx = Arc::new(FakeFutex { lock: Mutex::new(()), cond: Condvar::new() });
-            let (b2, h2, w2, f2) = (bell.clone(), head.clone(), waiting.clone(), fx.clone());
+            let (b2, h2, w2, f2, cb2) = (bell.clone(), head.clone(), waiting.clone(), fx.clone(), consumer_bell.clone());
             let consumer = loom::thread::spawn(move || {
+                let take = |w: &AtomicU32| w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::AcqRel) != 0;
                 h2.store(1, Ordering::Release);
-                fence(Ordering::SeqCst);
-                if w2.load(Ordering::Relaxed) != 0 && w2.swap(0, Ordering::AcqRel) != 0 {
+                // Endpoint::progress: the plain read after consuming.
+                if take(&w2) {
                     ring(&*f2, &b2);
                 }
+                // Endpoint::wait: arm, then has_work's read of the flag.
+                arm(&cb2);
+                if w2.load(Ordering::Relaxed) != 0 && take(&w2) {
+                    ring(&*f2, &b2);
+                }
+                disarm(&cb2);
             });
             // Producer: Producer::set_waiting, then Inner::wait's arm + re-check.
             let space = |w: &AtomicU32| {

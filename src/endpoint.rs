@@ -866,14 +866,14 @@ impl Inner {
         }
         let mut corrupt = vec![];
         for (i, ring) in rx.rings.iter_mut().enumerate() {
-            if !ring.has_data() {
-                continue;
-            }
             let src = ring.src;
-            match ring.poll(RING_BUDGET, &mut |tag, data| cb(src, tag, data)) {
-                Ok(n) => d.shm += n,
-                Err(_) => corrupt.push(i),
+            if ring.has_data() {
+                match ring.poll(RING_BUDGET, &mut |tag, data| cb(src, tag, data)) {
+                    Ok(n) => d.shm += n,
+                    Err(_) => corrupt.push(i),
+                }
             }
+            // Every pass, not only after consuming (ring.rs SYNC POINT R3).
             if ring.take_producer_waiting() {
                 if let Ok(p) = self.peer(src) {
                     if let Ok(ctl) = self.peer_control(p) {
@@ -921,7 +921,8 @@ impl Inner {
             return true;
         }
         let ring_data = match w.rx.try_lock() {
-            Some(rx) => rx.rings.iter().any(|r| r.has_data()),
+            // A producer waiting for room counts too (ring.rs SYNC POINT R3).
+            Some(rx) => rx.rings.iter().any(|r| r.has_data() || r.producer_waiting()),
             // Another thread is progressing this window: don't sleep on it.
             None => true,
         };

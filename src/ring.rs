@@ -29,8 +29,16 @@
 //! - SYNC POINT R2: consumer is done reading, then `head` (Release); producer
 //!   loads `head` (Acquire) before reusing those bytes.
 //! - SYNC POINT R3 (backpressure wake-up, a Dekker pair like bell.rs):
-//!   producer sets `producer_waiting`, SeqCst fence, re-reads `head`;
-//!   consumer stores `head`, SeqCst fence, reads `producer_waiting`.
+//!   producer sets `producer_waiting`, SeqCst fence, re-reads `head` (and
+//!   sleeps only if it did not move).  The consumer pays no fence per
+//!   message: it stores `head`, and reads `producer_waiting` with a plain
+//!   load on every progress pass, and once more after arming its own bell
+//!   before it sleeps (Endpoint::has_work).  The arm's SeqCst fence pairs
+//!   with the producer's: either the producer's re-read sees the new head,
+//!   or the consumer's post-arm read sees the flag.  A consumer that never
+//!   sleeps keeps reading the flag and sees it once the producer's store,
+//!   drained by its fence, reaches it.  (bell.rs's loom test
+//!   `backpressure_wakeup_not_lost` models exactly this.)
 
 use crate::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK_REF_BYTES};
 use crate::error::{Error, Result};
@@ -550,12 +558,16 @@ impl Consumer {
         Ok(self.bulk.as_ref().expect("set above"))
     }
 
-    /// After consuming: did the producer ask to be rung?  (Clears the flag.)
+    /// Did the producer ask to be rung?  (Clears the flag.)  SYNC POINT R3
+    /// (consumer side): asked on every progress pass, consumed or not.
     pub fn take_producer_waiting(&self) -> bool {
-        // SYNC POINT R3 (consumer side).
-        fence(Ordering::SeqCst);
         let w = &self.hdr().producer_waiting;
         w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::AcqRel) != 0
+    }
+
+    /// The same question without clearing, for the re-check after arming.
+    pub fn producer_waiting(&self) -> bool {
+        self.hdr().producer_waiting.load(Ordering::Relaxed) != 0
     }
 }
 
