@@ -110,39 +110,35 @@ fn map(file: &File) -> Result<MmapMut> {
     unsafe { MmapMut::map_mut(file) }.map_err(Error::shm)
 }
 
-/// Remove every file of `job` that names `task` (its control segment and the
-/// rings to and from it); used when that task died without cleaning up.
-pub fn unlink_task_files(dir: &str, job: &str, task: u32) {
-    let own = control_name(job, task);
-    let from = format!("{PREFIX}{job}-r{task}-");
-    let to = format!("-{task}-w");
-    let ring_prefix = format!("{PREFIX}{job}-r");
+/// Remove the files in `dir` whose name `hit` picks.
+fn unlink_where(dir: &str, hit: impl Fn(&str) -> bool) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     for entry in rd.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let hit = *name == own
-            || name.starts_with(&from)
-            || (name.starts_with(&ring_prefix) && name.contains(&to));
-        if hit {
+        if hit(&entry.file_name().to_string_lossy()) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
 }
 
+/// Is `name` a ring (or bulk) file of `job` towards `task`?
+fn is_ring_to(name: &str, job: &str, task: u32) -> bool {
+    name.starts_with(&format!("{PREFIX}{job}-r")) && name.contains(&format!("-{task}-w"))
+}
+
+/// Remove every file of `job` that names `task` (its control segment and the
+/// rings to and from it); used when that task died without cleaning up.
+pub fn unlink_task_files(dir: &str, job: &str, task: u32) {
+    let own = control_name(job, task);
+    let from = format!("{PREFIX}{job}-r{task}-");
+    unlink_where(dir, |name| name == own || name.starts_with(&from) || is_ring_to(name, job, task));
+}
+
 /// At `task`'s close: remove the bulk files that senders left for it
 /// (messages it never took; see bulk.rs).
 pub fn unlink_bulk_to(dir: &str, job: &str, task: u32) {
-    let ring_prefix = format!("{PREFIX}{job}-r");
-    let to = format!("-{task}-w");
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
-    for entry in rd.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with(&ring_prefix) && name.contains(&to) && name.rsplit_once("-b").is_some_and(|(_, g)| g.parse::<u32>().is_ok()) {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
+    unlink_where(dir, |name| {
+        is_ring_to(name, job, task) && name.rsplit_once("-b").is_some_and(|(_, g)| g.parse::<u32>().is_ok())
+    });
 }
 
 /// Remove the files of tasks whose process is gone: a job whose every task

@@ -269,13 +269,17 @@ fn bulk_message_outlives_its_closed_sender() {
     assert!(got[0].1 == big, "the 3 MiB message arrived intact");
     assert_eq!(got[1], (3, b"after".to_vec()));
     drop(rx);
-    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+    let left = shm_files_of(&j);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+fn shm_files_of(job: &str) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(&j))
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+        .filter(|n| n.contains(job))
+        .collect()
 }
 
 /// A receiver that closes without taking a bulk message leaves no file.
@@ -288,14 +292,7 @@ fn unread_bulk_file_is_removed_at_the_receivers_close() {
     let big = vec![7u8; 1 << 20];
     tx.send(0, 0, 2, &[&big]).unwrap();
     drop(tx);
-    let files = || -> Vec<String> {
-        std::fs::read_dir("/dev/shm")
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.contains(&j))
-            .collect()
-    };
+    let files = || shm_files_of(&j);
     assert!(files().iter().any(|n| n.contains("-b")), "the unread bulk file stays for its reader: {:?}", files());
     drop(rx);
     assert!(files().is_empty(), "left behind: {:?}", files());
