@@ -2,14 +2,24 @@
 //! window) triple, in its own shared-memory segment.
 //!
 //! ```text
-//! offset 0    RingHeader (256 B: identity, then tail, head and
-//!             producer_waiting on cache lines of their own)
+//! offset 0    RingHeader (256 B: identity, then head and producer_waiting
+//!             on cache lines of their own)
 //! offset 256  data[capacity]   records, each 16-B aligned:
-//!             Record { len, total, tag, flags } + payload (padded to 16)
+//!             Record { len, total, tag, flags, stamp } + payload (padded to 16)
 //! ```
 //!
-//! `tail` and `head` are byte positions that only grow; `pos % capacity` is
-//! the offset in `data`.  A record never wraps: a PAD record fills the end.
+//! The producer's `tail` and the consumer's `head` are byte positions that
+//! only grow; `pos % capacity` is the offset in `data`.  A record never
+//! wraps: a PAD record fills the end.
+//!
+//! A record announces itself: its last header word, the *stamp*, is written
+//! last and is nonzero.  The consumer polls the stamp at `head` -- the very
+//! cache line the record is in -- so a small message costs the receiver one
+//! cache-line transfer, not two (a separate `tail` word, then the record).
+//! Stale bytes from an earlier lap never pass for a stamp: before the
+//! producer stamps a record it zeroes the stamp word where the next record
+//! will go, so at the consumer's `head` the word reads 0 until that record
+//! is stamped.  (One header's worth of ring stays free for that word.)
 //! A message that does not fit goes as a FIRST chunk, middle chunks, and a
 //! LAST chunk; a small message is kept whole so the receiver reads it in
 //! place.  A message too large to sit whole (over a quarter ring) and at
@@ -24,8 +34,11 @@
 //! in short runs).  The writer looks at `head` for this once per HOT_BYTES
 //! written, not per message.  All atomics of the ring are here:
 //!
-//! - SYNC POINT R1: producer writes record + payload, then `tail` (Release);
-//!   consumer loads `tail` (Acquire), then reads them.
+//! - SYNC POINT R1: producer writes record + payload and zeroes the next
+//!   stamp word, then stores the record's stamp (Release); consumer loads the
+//!   stamp at `head` (Acquire), then reads the record.  The bell (bell.rs)
+//!   treats the stamp store as the publish and the stamp load as the
+//!   re-check.
 //! - SYNC POINT R2: consumer is done reading, then `head` (Release); producer
 //!   loads `head` (Acquire) before reusing those bytes.
 //! - SYNC POINT R3 (backpressure wake-up, a Dekker pair like bell.rs):
@@ -46,8 +59,8 @@ use crate::shm::{ring_name, Segment, ShmSafe};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"DBRING\0\0");
-/// 2: BULK records (bulk.rs).
-pub const RING_VERSION: u32 = 2;
+/// 2: BULK records (bulk.rs).  3: stamped records, no shared tail.
+pub const RING_VERSION: u32 = 3;
 pub const HEADER_BYTES: usize = 256;
 const REC: u64 = 16;
 /// Largest reassembly buffer a consumer keeps for the next message.
@@ -74,9 +87,8 @@ pub struct RingHeader {
     pub consumer_task: u32,
     pub window: u32,
     _pad0: [u8; 32],
-    /// Bytes ever written (producer's line).
-    pub tail: AtomicU64,
-    _pad1: [u8; 56],
+    /// Unused (a shared tail until version 3); keeps `head` on its own line.
+    _pad1: [u8; 64],
     /// Bytes ever consumed (consumer's line).
     pub head: AtomicU64,
     _pad2: [u8; 56],
@@ -85,6 +97,7 @@ pub struct RingHeader {
     _pad3: [u8; 60],
 }
 
+/// A record header's first 12 bytes; its stamp, an AtomicU32, follows.
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct Record {
@@ -94,17 +107,29 @@ struct Record {
     total: u32,
     tag: u8,
     flags: u8,
-    _pad: [u8; 6],
+    _pad: [u8; 2],
+}
+
+const STAMP_AT: u64 = 12;
+
+/// The stamp of a record at position `pos`: never 0 (0 is "not yet").
+fn stamp_for(pos: u64) -> u32 {
+    (pos >> 4) as u32 | 1 << 31
+}
+
+/// The stamp word of the record at data offset `off`.
+/// SAFETY (caller): `data + off + REC` is inside the mapping, `off` 16-aligned.
+unsafe fn stamp_at<'a>(data: *mut u8, off: u64) -> &'a AtomicU32 {
+    &*(data.add((off + STAMP_AT) as usize) as *const AtomicU32)
 }
 
 // SAFETY: repr(C), integers and atomics only, all-zero is valid.
 unsafe impl ShmSafe for RingHeader {}
 
 const _: () = assert!(std::mem::size_of::<RingHeader>() == HEADER_BYTES);
-const _: () = assert!(std::mem::offset_of!(RingHeader, tail) == 64);
 const _: () = assert!(std::mem::offset_of!(RingHeader, head) == 128);
 const _: () = assert!(std::mem::offset_of!(RingHeader, producer_waiting) == 192);
-const _: () = assert!(std::mem::size_of::<Record>() == REC as usize);
+const _: () = assert!(std::mem::size_of::<Record>() as u64 == STAMP_AT && STAMP_AT + 4 == REC);
 
 fn align16(n: u64) -> u64 {
     (n + 15) & !15
@@ -235,12 +260,14 @@ impl Producer {
         unsafe { self.seg.base().add(HEADER_BYTES) }
     }
 
+    /// Bytes that may be written now.  One header past the last record is
+    /// kept back: the next record's stamp word, zeroed in advance (R1).
     fn free(&mut self, need: u64) -> u64 {
-        if self.cap - (self.tail - self.head_cache) < need {
+        if self.cap - REC - (self.tail - self.head_cache) < need {
             // SYNC POINT R2 (producer side).
             self.head_cache = self.hdr().head.load(Ordering::Acquire);
         }
-        self.cap - (self.tail - self.head_cache)
+        self.cap - REC - (self.tail - self.head_cache)
     }
 
     /// SAFETY (caller): `pos + REC + len` is within the data area and the
@@ -253,9 +280,12 @@ impl Producer {
             g.copy_to(at.add(REC as usize), from, rec.len as u64);
         }
         let size = if rec.flags & PAD != 0 { self.cap - pos } else { REC + align16(rec.len as u64) };
-        self.tail += size;
+        // The next record's stamp reads 0 until that record is stamped; the
+        // caller's free() kept those bytes back.
+        stamp_at(self.data(), (pos + size) % self.cap).store(0, Ordering::Relaxed);
         // SYNC POINT R1 (producer side): the record is complete.
-        self.hdr().tail.store(self.tail, Ordering::Release);
+        stamp_at(self.data(), pos).store(stamp_for(self.tail), Ordering::Release);
+        self.tail += size;
         size
     }
 
@@ -282,13 +312,7 @@ impl Producer {
             // Refresh `head` whenever the cached view is short of the ideal write.
             let free = self.free(if whole <= to_end { whole } else { (to_end + whole).min(self.cap) });
             let first = if *offset == 0 { FIRST } else { 0 };
-            let rec = |len: u64, flags: u8| Record {
-                len: len as u32,
-                total: total as u32,
-                tag,
-                flags,
-                _pad: [0; 6],
-            };
+            let rec = |len: u64, flags: u8| Record { len: len as u32, total: total as u32, tag, flags, _pad: [0; 2] };
             if whole <= to_end && whole <= free {
                 // SAFETY: whole <= to_end keeps it in the data area; whole <= free
                 // means the consumer released those bytes.
@@ -334,7 +358,7 @@ impl Producer {
         self.head_cache = self.hdr().head.load(Ordering::Acquire);
         let pos = self.tail % self.cap;
         if self.head_cache == self.tail && pos >= HOT_BYTES {
-            let pad = Record { len: 0, total: 0, tag: 0, flags: PAD, _pad: [0; 6] };
+            let pad = Record { len: 0, total: 0, tag: 0, flags: PAD, _pad: [0; 2] };
             // SAFETY: the ring is empty, so the consumer released every byte and
             // the PAD header fits at the 16-aligned position.
             unsafe { self.put(pad, None) };
@@ -376,7 +400,7 @@ impl Producer {
         let r = bulk.fill(slot, total, |dst| unsafe { msg.copy_to(dst, 0, total) });
         let payload = r.to_bytes();
         let parts = [&payload[..]];
-        let rec = |len: u64, flags: u8| Record { len: len as u32, total: total as u32, tag, flags, _pad: [0; 6] };
+        let rec = |len: u64, flags: u8| Record { len: len as u32, total: total as u32, tag, flags, _pad: [0; 2] };
         // SAFETY: free >= pad + need was checked: the PAD (to the end) and the
         // record fit, and positions are 16-aligned.
         unsafe {
@@ -465,21 +489,29 @@ impl Consumer {
 
     /// Anything unread?  (Used for the re-check after arming.)
     pub fn has_data(&self) -> bool {
-        self.hdr().tail.load(Ordering::Acquire) != self.head
+        // SYNC POINT R1 (consumer side).  Nonzero: a record, or corruption
+        // that poll() reports.
+        self.stamp(self.head).load(Ordering::Acquire) != 0
+    }
+
+    fn stamp(&self, pos: u64) -> &AtomicU32 {
+        // SAFETY: pos % cap is 16-aligned (head only moves by record sizes,
+        // which are multiples of 16) and leaves a header's room in the ring.
+        unsafe { stamp_at(self.seg.base().add(HEADER_BYTES), pos % self.cap) }
     }
 
     /// Deliver up to `budget` complete messages.  A record that breaks the
     /// format (a corrupt or hostile producer) is an error; nothing is
     /// read outside the ring.
     pub fn poll(&mut self, budget: usize, deliver: &mut dyn FnMut(u8, &[u8])) -> Result<usize> {
-        // SYNC POINT R1 (consumer side).
-        let tail = self.hdr().tail.load(Ordering::Acquire);
         let mut n = 0;
-        while self.head != tail && n < budget {
-            let avail = tail.wrapping_sub(self.head);
+        while n < budget {
             let pos = self.head % self.cap;
-            if avail > self.cap || avail < REC || pos % 16 != 0 {
-                return Err(Error::Shm);
+            // SYNC POINT R1 (consumer side).
+            match self.stamp(self.head).load(Ordering::Acquire) {
+                0 => break,
+                s if s != stamp_for(self.head) => return Err(Error::Shm),
+                _ => {}
             }
             // SAFETY: pos + REC <= cap (pos is 16-aligned, cap a power of two
             // >= 4096), and R1 made the record visible.
@@ -487,7 +519,7 @@ impl Consumer {
             // SAFETY: as above; read_volatile because the bytes are shared.
             let rec: Record = unsafe { std::ptr::read_volatile(at as *const Record) };
             let size = if rec.flags & PAD != 0 { self.cap - pos } else { REC + align16(rec.len as u64) };
-            if pos + size > self.cap || size > avail {
+            if pos + size > self.cap {
                 return Err(Error::Shm);
             }
             if rec.flags & BULK != 0 {
