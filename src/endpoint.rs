@@ -3,6 +3,7 @@
 
 use crate::address::Address;
 use crate::bell::{self, Rang, SharedFutex};
+use crate::buf_pool::BufPool;
 use crate::config::{Config, WaitMode, MAX_TASKS, MAX_WINDOWS};
 use crate::control::Control;
 use crate::counters::{bump, Counters, GuardedCount};
@@ -174,6 +175,8 @@ pub(crate) struct Inner {
     windows: Vec<WindowLocal>,
     peers: TaskTable<Peer>,
     pub conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    /// TCP frame bodies and send queues (buf_pool.rs).
+    pub buf_pool: Arc<BufPool>,
     /// conns.len(), readable without the lock.
     conn_count: AtomicUsize,
     next_token: AtomicU64,
@@ -254,6 +257,7 @@ impl Endpoint {
             windows: (0..MAX_WINDOWS).map(|_| WindowLocal::default()).collect(),
             peers: TaskTable::default(),
             conns: Mutex::new(HashMap::new()),
+            buf_pool: Arc::new(BufPool::default()),
             conn_count: AtomicUsize::new(0),
             next_token: AtomicU64::new(3),
             epoll,
@@ -678,7 +682,7 @@ impl Inner {
         use std::io::Write;
         stream.write_all(&frame::hello(self.cfg.task, self.job_hash)).map_err(|_| Error::Network)?;
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(Conn::new(stream, token, p.task, true).map_err(|_| Error::Network)?);
+        let conn = Arc::new(Conn::new(stream, token, p.task, true, self.buf_pool.clone()).map_err(|_| Error::Network)?);
         self.add_conn(&conn)?;
         *slot = Some(conn.clone());
         Ok(conn)
@@ -896,6 +900,7 @@ impl Inner {
             let batch: Vec<Inbound> = lock(&w.inbox).drain(..).collect();
             for m in batch {
                 cb(m.src, m.tag, &m.data);
+                self.buf_pool.give(m.data);
                 d.tcp += 1;
             }
         }

@@ -14,6 +14,8 @@ pub mod bell;
 #[cfg(not(loom))]
 pub mod bulk;
 #[cfg(not(loom))]
+mod buf_pool;
+#[cfg(not(loom))]
 pub mod config;
 #[cfg(not(loom))]
 pub mod control;

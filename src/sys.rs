@@ -171,3 +171,20 @@ pub fn send_nosignal(fd: RawFd, parts: &[std::io::IoSlice<'_>]) -> io::Result<us
         }
     }
 }
+
+/// recv up to `max` bytes into the spare capacity of `buf` (no zero-fill
+/// first: a large frame body is read in pieces, and zeroing what is left
+/// before every piece cost more than the copy).  Returns the bytes read.
+pub fn recv_append(fd: RawFd, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+    buf.reserve(max);
+    let old = buf.len();
+    // SAFETY: reserve made room for `max` bytes after `old`; recv writes at
+    // most that many into it.
+    let r = unsafe { libc::recv(fd, buf.as_mut_ptr().add(old) as *mut libc::c_void, max, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: recv initialised exactly `r` bytes after `old`.
+    unsafe { buf.set_len(old + r as usize) };
+    Ok(r as usize)
+}

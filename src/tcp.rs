@@ -1,6 +1,7 @@
 //! One TCP connection: its receive parser (hello, then frames) and its send
 //! queue.  The FLIH thread reads; any thread may send; EPOLLOUT drains.
 
+use crate::buf_pool::BufPool;
 use crate::error::{Error, Result};
 use crate::frame::{self, FrameHeader, FRAME_HEADER, HELLO_BYTES};
 use std::collections::VecDeque;
@@ -8,7 +9,7 @@ use std::io::{self, IoSlice, Read};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub const NO_TASK: u32 = u32::MAX;
 const STAGE: usize = 64 * 1024;
@@ -21,6 +22,8 @@ pub struct Conn {
     pub dead: AtomicBool,
     rx: Mutex<Rx>,
     tx: Mutex<Tx>,
+    /// Frame bodies and queued sends come from, and go back to, this pool.
+    pool: Arc<BufPool>,
 }
 
 struct Rx {
@@ -61,7 +64,7 @@ pub enum RxEnd {
 
 impl Conn {
     /// `greeted`: true for connections we opened (we sent the hello).
-    pub fn new(stream: TcpStream, token: u64, task: u32, greeted: bool) -> io::Result<Conn> {
+    pub fn new(stream: TcpStream, token: u64, task: u32, greeted: bool, pool: Arc<BufPool>) -> io::Result<Conn> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
         Ok(Conn {
@@ -71,6 +74,7 @@ impl Conn {
             dead: AtomicBool::new(false),
             rx: Mutex::new(Rx { greeted, stage: vec![0; STAGE], start: 0, end: 0, body: None }),
             tx: Mutex::new(Tx::default()),
+            pool,
         })
     }
 
@@ -88,7 +92,7 @@ impl Conn {
             Err(std::sync::TryLockError::WouldBlock) => self.rx.lock().unwrap_or_else(|p| p.into_inner()),
         };
         loop {
-            if let Some(end) = rx.parse(job_hash, max_tasks, max_message, on) {
+            if let Some(end) = rx.parse(job_hash, max_tasks, max_message, &self.pool, on) {
                 return end;
             }
             let r = rx.fill(&self.stream);
@@ -115,7 +119,7 @@ impl Conn {
             if tx.queued + total as u64 > max_backlog {
                 return Err(Error::WouldBlock);
             }
-            let mut v = Vec::with_capacity(total);
+            let mut v = self.pool.take(total);
             v.extend_from_slice(&head);
             parts.iter().for_each(|p| v.extend_from_slice(p));
             tx.queued += total as u64;
@@ -140,7 +144,7 @@ impl Conn {
             }
         }
         if sent < total {
-            let mut v = Vec::with_capacity(total - sent);
+            let mut v = self.pool.take(total - sent);
             slices.iter().for_each(|s| v.extend_from_slice(s));
             tx.queued += v.len() as u64;
             tx.queue.push_back(v);
@@ -162,7 +166,9 @@ impl Conn {
                     tx.front_sent += n;
                     if tx.front_sent == front.len() {
                         tx.queued -= front.len() as u64;
-                        tx.queue.pop_front();
+                        if let Some(done) = tx.queue.pop_front() {
+                            self.pool.give(done);
+                        }
                         tx.front_sent = 0;
                     }
                 }
@@ -199,7 +205,14 @@ fn advance(slices: &mut Vec<IoSlice<'_>>, mut n: usize) {
 
 impl Rx {
     /// Parse staged bytes; Some(end) on a fatal input, None when more bytes are needed.
-    fn parse(&mut self, job_hash: u64, max_tasks: u32, max_message: u64, on: &mut dyn FnMut(RxEvent)) -> Option<RxEnd> {
+    fn parse(
+        &mut self,
+        job_hash: u64,
+        max_tasks: u32,
+        max_message: u64,
+        pool: &BufPool,
+        on: &mut dyn FnMut(RxEvent),
+    ) -> Option<RxEnd> {
         loop {
             let staged = self.end - self.start;
             if !self.greeted {
@@ -241,7 +254,7 @@ impl Rx {
                 on(RxEvent::Goodbye);
                 continue;
             }
-            self.body = Some((hdr, Vec::with_capacity(hdr.len as usize)));
+            self.body = Some((hdr, pool.take(hdr.len as usize)));
         }
     }
 
@@ -254,11 +267,7 @@ impl Rx {
         if let Some((hdr, body)) = self.body.as_mut() {
             let need = hdr.len as usize - body.len();
             if self.start == self.end && need >= STAGE {
-                let old = body.len();
-                body.resize(old + need, 0);
-                let r = s.read(&mut body[old..]);
-                body.truncate(old + *r.as_ref().unwrap_or(&0));
-                return r;
+                return crate::sys::recv_append(s.as_raw_fd(), body, need);
             }
         }
         if self.end == self.stage.len() {

@@ -220,10 +220,23 @@ static int floor_stuck(unsigned long *spins, double *since) {
   return now_s() - *since > 10;
 }
 
-/* n ping-pongs; returns seconds, <0 if the child stopped answering. */
+/* n ping-pongs; returns seconds, <0 if the child stopped answering.
+ * Futex kind: before each ping the parent idles FUTEX_GAP_S (not timed), so
+ * the child is asleep when the ping comes and the parent is asleep when the
+ * pong comes -- two real wake-ups per round trip, as in doorbell's block
+ * mode.  Back to back, the two sides can fall into a lockstep where every
+ * FUTEX_WAIT returns at once (the word already changed) and the "floor"
+ * becomes ~0.2 us of syscalls, which measures no wake-up at all. */
+#define FUTEX_GAP_S 50e-6
 static double floor_pingpong(struct floor_page *pg, enum floor_kind kind, long n, uint32_t *seq) {
-  double t0 = now_s();
+  double t0 = now_s(), idle = 0;
   for (long i = 0; i < n; i++) {
+    if (kind == FLOOR_FUTEX) {
+      double g0 = now_s();
+      while (now_s() - g0 < FUTEX_GAP_S) {
+      }
+      idle += now_s() - g0;
+    }
     uint32_t ping = *seq + 1, pong = *seq + 2, v;
     unsigned long spins = 0;
     double since = 0;
@@ -240,7 +253,7 @@ static double floor_pingpong(struct floor_page *pg, enum floor_kind kind, long n
     }
     *seq = pong;
   }
-  return now_s() - t0;
+  return now_s() - t0 - idle;
 }
 
 /* Median one-way latency in microseconds, or -1 on failure. */
