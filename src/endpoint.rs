@@ -182,10 +182,10 @@ pub(crate) struct Inner {
     next_token: AtomicU64,
     /// The FLIH's epoll set: shutdown, listener, pidfds, and `conn_epoll`.
     pub epoll: OwnedFd,
-    /// Every TCP connection, edge-triggered.  Spinning receivers poll it
-    /// themselves; the FLIH polls it when it fires, which it does only
-    /// while some thread sleeps (a spinning rank must not have the FLIH
-    /// thread woken for every packet: on 2 cores that doubled TCP latency).
+    /// Every TCP connection, edge-triggered.  Receivers poll it in their
+    /// progress passes; it fires the FLIH only while some thread sleeps (a
+    /// spinning rank must not have the FLIH thread woken for every packet:
+    /// on 2 cores that doubled TCP latency).
     pub conn_epoll: OwnedFd,
     /// Threads asleep (or about to be) in `wait`.
     sleepers: AtomicUsize,
@@ -701,9 +701,9 @@ impl Inner {
 
     /// Handle what the connection set reports now, without blocking:
     /// frames go to their window's inbox (and ring its bell), queued sends
-    /// go out on EPOLLOUT.  `wait`: block on a reader already at work (the
-    /// FLIH does; a spinning receiver leaves the connection to that reader).
-    pub(crate) fn poll_conns(&self, wait: bool) {
+    /// go out on EPOLLOUT.  A connection another thread is reading is left
+    /// to that thread (it reads until the socket is empty).
+    pub(crate) fn poll_conns(&self) {
         if self.conn_count.load(Ordering::Relaxed) == 0 {
             return;
         }
@@ -715,7 +715,7 @@ impl Inner {
                 let Some(conn) = lock(&self.conns).get(&token).cloned() else { continue };
                 let readable = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP) as u32;
                 if bits & readable != 0 {
-                    self.conn_readable(&conn, wait);
+                    self.conn_readable(&conn);
                 }
                 if bits & libc::EPOLLOUT as u32 != 0 {
                     // The socket drained: push what senders queued.
@@ -728,18 +728,27 @@ impl Inner {
         }
     }
 
-    /// Let the connection set wake the FLIH again.  A sleeper calls this
-    /// after arming its bell, so a packet that arrived before (still
-    /// reported by the set) or after fires the FLIH, which rings the bell.
+    /// Let the connection set wake the FLIH again (once: EPOLLONESHOT).  A
+    /// sleeper calls this after arming its bell, so a packet that arrived
+    /// before (still reported by the set) or after fires the FLIH, which
+    /// rings the bell.
     pub(crate) fn arm_flih_for_conns(&self) {
         let _ = sys::epoll_mod(self.epoll.as_raw_fd(), self.conn_epoll.as_raw_fd(), CONNS_IN_FLIH, TOKEN_CONNS);
     }
 
-    /// The FLIH after draining the connection set: stay armed while anyone
-    /// sleeps.  (A sleeper counted after this load re-arms by itself.)
-    pub(crate) fn flih_conns_done(&self) {
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
-            self.arm_flih_for_conns();
+    /// FLIH: a connection is ready while some thread sleeps.  Ring the armed
+    /// windows (the SLIH) and leave the socket to the thread that wakes: it
+    /// reads in its own progress pass, so the bytes cross to user space
+    /// once, in the thread that delivers them, and the FLIH goes back to
+    /// sleep after one syscall (reading here first cost block-mode TCP
+    /// 10-25% of its latency).  Woken threads consume the set's events, and
+    /// the next one to sleep re-arms the FLIH.
+    pub(crate) fn wake_sleepers_for_conns(&self) {
+        let open = self.control.header().windows_open.load(Ordering::Acquire).min(MAX_WINDOWS);
+        for w in 0..open {
+            if self.control.window(w).bell.load(Ordering::Relaxed) & bell::ARMED != 0 {
+                self.wake_own(w);
+            }
         }
     }
 
@@ -749,10 +758,10 @@ impl Inner {
 
     /// FLIH: a connection is readable.  Frames go to their window's inbox,
     /// then the window's bell rings (the SLIH).
-    pub(crate) fn conn_readable(&self, conn: &Arc<Conn>, wait: bool) {
+    pub(crate) fn conn_readable(&self, conn: &Arc<Conn>) {
         let mut touched = [false; MAX_WINDOWS as usize];
         let mut goodbye = false;
-        let end = conn.read_ready(wait, self.job_hash, MAX_TASKS, self.cfg.max_message, &mut |ev| match ev {
+        let end = conn.read_ready(self.job_hash, MAX_TASKS, self.cfg.max_message, &mut |ev| match ev {
             RxEvent::Hello(task) => {
                 conn.task.store(task, Ordering::Release);
                 let p = self.peer_or_insert(task, false, None);
@@ -894,7 +903,7 @@ impl Inner {
             w.shm_received.add(d.shm as u64);
         }
         drop(rx);
-        self.poll_conns(false);
+        self.poll_conns();
         if w.inbox_ready.load(Ordering::Acquire) {
             w.inbox_ready.store(false, Ordering::Relaxed);
             let batch: Vec<Inbound> = lock(&w.inbox).drain(..).collect();

@@ -1,7 +1,8 @@
 //! The FLIH: one epoll thread per process.  It watches the listener, the
 //! pidfds of same-host peers and, while some thread sleeps, the set of TCP
 //! connections, and turns readiness into window wake-ups (the SLIH,
-//! `Inner::wake_own`).  It never runs user callbacks.
+//! `Inner::wake_own`): the woken thread reads the socket itself.  It never
+//! runs user callbacks.
 
 use crate::endpoint::{Inner, PID_BIT, TOKEN_CONNS, TOKEN_LISTENER, TOKEN_SHUTDOWN};
 use crate::sys;
@@ -21,10 +22,7 @@ pub(crate) fn run(inner: &Inner) {
             match token {
                 TOKEN_SHUTDOWN => return,
                 TOKEN_LISTENER => accept_all(inner),
-                TOKEN_CONNS => {
-                    inner.poll_conns(true);
-                    inner.flih_conns_done();
-                }
+                TOKEN_CONNS => inner.wake_sleepers_for_conns(),
                 t if t & PID_BIT != 0 => inner.peer_exited((t & !PID_BIT) as u32),
                 _ => {}
             }

@@ -82,14 +82,14 @@ impl Conn {
         self.task.load(Ordering::Acquire)
     }
 
-    /// Read everything available and hand each event to `on`.  With
-    /// `wait` false a reader already at work (the FLIH) means "nothing to do".
-    pub fn read_ready(&self, wait: bool, job_hash: u64, max_tasks: u32, max_message: u64, on: &mut dyn FnMut(RxEvent)) -> RxEnd {
+    /// Read everything available and hand each event to `on`.  A reader
+    /// already at work means "nothing to do": it reads until the socket is
+    /// empty, this call's readiness included.
+    pub fn read_ready(&self, job_hash: u64, max_tasks: u32, max_message: u64, on: &mut dyn FnMut(RxEvent)) -> RxEnd {
         let mut rx = match self.rx.try_lock() {
             Ok(rx) => rx,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) if !wait => return RxEnd::Drained,
-            Err(std::sync::TryLockError::WouldBlock) => self.rx.lock().unwrap_or_else(|p| p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => return RxEnd::Drained,
         };
         loop {
             if let Some(end) = rx.parse(job_hash, max_tasks, max_message, &self.pool, on) {
