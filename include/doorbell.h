@@ -118,7 +118,9 @@
 #define DOORBELL_WOKE_MESSAGE 1
 
 /*
- Rung without data (doorbell_local_notify, or send space freed).
+ A doorbell_local_notify (or freed ring space for this task's queued
+ sends) since the last report, and no message.  Sticky: a notify that
+ finds the window awake is reported by its next progress or wait.
  */
 #define DOORBELL_WOKE_NOTIFY 2
 
@@ -384,7 +386,8 @@ int doorbell_wait(struct doorbell_endpoint *ep, uint32_t window, uint32_t mode, 
 
 /*
  Wake (task, window) as if a packet had arrived: a futex wake if it
- sleeps, nothing (no syscall) if it is awake.  `task` may be this task.
+ sleeps, nothing (no syscall) if it is awake; either way its next
+ progress or wait reports DOORBELL_WOKE_NOTIFY.  `task` may be this task.
  UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another node.
  */
 int doorbell_local_notify(struct doorbell_endpoint *ep, uint32_t task, uint32_t window);

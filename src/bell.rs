@@ -69,11 +69,6 @@ pub fn disarm(word: &AtomicU32) {
     word.fetch_and(!ARMED, Ordering::Relaxed);
 }
 
-/// Whether the word moved on from `token` (somebody rang).
-pub fn rang_since(word: &AtomicU32, token: u32) -> bool {
-    (word.load(Ordering::Relaxed) | ARMED) != token
-}
-
 /// Sender: after publishing, wake the receiver if (and only if) it sleeps.
 pub fn ring<P: Parker>(parker: &P, word: &AtomicU32) -> Rang {
     // SYNC POINT A (sender side): orders the publish before the ARMED load.

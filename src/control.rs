@@ -12,7 +12,8 @@ use crate::shm::{control_name, Segment, ShmSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DBCTRL\0\0");
-pub const CONTROL_VERSION: u32 = 1;
+/// 2: WindowSlot::notified.
+pub const CONTROL_VERSION: u32 = 2;
 
 #[repr(C)]
 pub struct ControlHeader {
@@ -35,7 +36,13 @@ pub struct WindowSlot {
     pub bell: AtomicU32,
     /// Set by a sender after it adds a ring to `ring_bitmap`.
     pub new_rings: AtomicU32,
-    _pad: [u8; 56],
+    /// Set (Release) by a local_notify, or by a consumer that freed ring
+    /// space this window's owner waits for, before it rings `bell`; taken
+    /// by the owner's next progress pass (Woke::Notify).  Sticky, so a
+    /// notify that finds the window awake is not lost: the owner's re-check
+    /// after arming reads it (the ring's fence pairs with the arm's).
+    pub notified: AtomicU32,
+    _pad: [u8; 52],
     /// Bit `src` set: a ring from task `src` to this window exists.
     pub ring_bitmap: [AtomicU64; (MAX_TASKS / 64) as usize],
 }

@@ -42,7 +42,10 @@ const STREAM_STALL_NS: u64 = 200_000;
 pub enum Woke {
     /// This many messages were delivered (0 only from progress).
     Message(usize),
-    /// Rung without data for us (a local_notify, or send space freed).
+    /// A local_notify, or freed space for our queued sends, since the last
+    /// report.  Sticky: a notify to an awake window is reported by its
+    /// next progress or wait.  (Other rings -- a TCP socket became ready
+    /// with no whole message yet -- end no wait.)
     Notify,
     Timeout,
     /// A peer task exited or was killed without closing.
@@ -211,6 +214,7 @@ struct Delivered {
     shm: usize,
     tcp: usize,
     lost: Option<u32>,
+    notified: bool,
 }
 
 impl Delivered {
@@ -218,7 +222,7 @@ impl Delivered {
     fn outcome(&self) -> Option<Woke> {
         match (self.shm + self.tcp, self.lost) {
             (0, Some(t)) => Some(Woke::PeerLost(t)),
-            (0, None) => None,
+            (0, None) => self.notified.then_some(Woke::Notify),
             (n, _) => Some(Woke::Message(n)),
         }
     }
@@ -641,6 +645,12 @@ impl Inner {
         r
     }
 
+    /// local_notify's ring: mark the window notified (control.rs), then ring.
+    fn notify(&self, ctl: &Control, window: u32) {
+        ctl.window(window).notified.store(1, Ordering::Release);
+        self.ring_bell(ctl, window);
+    }
+
     /// Wake one of our own windows (FLIH, lost peers, self-wake).
     pub(crate) fn wake_own(&self, window: u32) {
         self.ring_bell(&self.control, window);
@@ -652,7 +662,7 @@ impl Inner {
         }
         if task == self.cfg.task {
             self.check_window(window)?;
-            self.wake_own(window);
+            self.notify(&self.control, window);
             return Ok(());
         }
         let p = self.peer(task)?;
@@ -664,7 +674,7 @@ impl Inner {
         if window >= ctl.header().windows_open.load(Ordering::Acquire) {
             return Err(Error::UnknownWindow);
         }
-        self.ring_bell(ctl, window);
+        self.notify(ctl, window);
         Ok(())
     }
 
@@ -890,7 +900,7 @@ impl Inner {
             if ring.take_producer_waiting() {
                 if let Ok(p) = self.peer(src) {
                     if let Ok(ctl) = self.peer_control(p) {
-                        self.ring_bell(ctl, 0);
+                        self.notify(ctl, 0);
                     }
                 }
             }
@@ -922,13 +932,19 @@ impl Inner {
             d.lost = lost.pop_front();
             w.lost_ready.store(!lost.is_empty(), Ordering::Release);
         }
+        let notified = &self.control.window(window).notified;
+        if d.shm + d.tcp == 0 && d.lost.is_none() && notified.load(Ordering::Relaxed) != 0 {
+            d.notified = notified.swap(0, Ordering::Acquire) != 0;
+        }
         d
     }
 
     /// The re-check after arming: is anything waiting for this window?
     fn has_work(&self, window: u32) -> bool {
         let w = &self.windows[window as usize];
-        if self.control.window(window).new_rings.load(Ordering::Relaxed) != 0
+        let slot = self.control.window(window);
+        if slot.new_rings.load(Ordering::Relaxed) != 0
+            || slot.notified.load(Ordering::Relaxed) != 0
             || w.inbox_ready.load(Ordering::Acquire)
             || w.lost_ready.load(Ordering::Acquire)
         {
@@ -1083,9 +1099,6 @@ impl Inner {
             }
             if let Some(o) = d.outcome() {
                 return Ok(o);
-            }
-            if bell::rang_since(word, token) {
-                return Ok(Woke::Notify);
             }
             if expired(sys::now_ns()) {
                 return Ok(Woke::Timeout);

@@ -52,7 +52,9 @@ pub const DOORBELL_WAIT_ADAPTIVE: u32 = 3;
 
 /// Messages were delivered.
 pub const DOORBELL_WOKE_MESSAGE: u32 = 1;
-/// Rung without data (doorbell_local_notify, or send space freed).
+/// A doorbell_local_notify (or freed ring space for this task's queued
+/// sends) since the last report, and no message.  Sticky: a notify that
+/// finds the window awake is reported by its next progress or wait.
 pub const DOORBELL_WOKE_NOTIFY: u32 = 2;
 /// wake.task exited or was killed.
 pub const DOORBELL_WOKE_PEER_LOST: u32 = 3;
@@ -449,7 +451,8 @@ pub extern "C" fn doorbell_wait(
 }
 
 /// Wake (task, window) as if a packet had arrived: a futex wake if it
-/// sleeps, nothing (no syscall) if it is awake.  `task` may be this task.
+/// sleeps, nothing (no syscall) if it is awake; either way its next
+/// progress or wait reports DOORBELL_WOKE_NOTIFY.  `task` may be this task.
 /// UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another node.
 #[no_mangle]
 pub extern "C" fn doorbell_local_notify(ep: *mut doorbell_endpoint, task: u32, window: u32) -> c_int {

@@ -297,3 +297,40 @@ fn unread_bulk_file_is_removed_at_the_receivers_close() {
     drop(rx);
     assert!(files().is_empty(), "left behind: {:?}", files());
 }
+
+/// A notify that finds the window awake is not lost: the next wait reports
+/// it at once.  A TCP connection that delivers no message (a stranger's
+/// garbage) wakes a sleeping window through the epoll thread, but does not
+/// end the wait: it goes back to sleep until the real message.
+#[test]
+fn notify_is_sticky_and_a_stranger_ends_no_wait() {
+    let j = job();
+    let rx = ep(&j, 0, 1);
+    let local = ep(&j, 1, 1);
+    connect_all(&[&rx, &local]);
+    local.local_notify(0, 0).unwrap();
+    let t0 = Instant::now();
+    let r = rx.wait(0, Some(WaitMode::Block), Some(Duration::from_secs(5)), &mut |_, _, _| panic!("no message"));
+    assert_eq!(r, Ok(Woke::Notify));
+    assert!(t0.elapsed() < Duration::from_secs(1), "reported at once, not after a sleep");
+    // Taken once.
+    let r = rx.wait(0, Some(WaitMode::Block), Some(Duration::from_millis(50)), &mut |_, _, _| panic!("no message"));
+    assert_eq!(r, Ok(Woke::Timeout));
+
+    let addr = rx.address().tcp;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(200));
+            let mut stranger = std::net::TcpStream::connect(addr).unwrap();
+            std::io::Write::write_all(&mut stranger, &[0xEE; 200]).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            local.send(0, 0, 9, &[b"real"]).unwrap();
+        });
+        let mut got = vec![];
+        let r = rx.wait(0, Some(WaitMode::Block), Some(Duration::from_secs(10)), &mut |_, tag, d| got.push((tag, d.to_vec())));
+        assert_eq!(r, Ok(Woke::Message(1)), "the stranger's wake-up ended the wait early");
+        assert_eq!(got, vec![(9, b"real".to_vec())]);
+    });
+    let c = rx.counters();
+    assert!(c.strangers_rejected >= 1 && c.spurious_wakeups >= 1, "{c:?}");
+}
