@@ -190,8 +190,6 @@ pub(crate) struct Inner {
     /// spinning rank must not have the FLIH thread woken for every packet:
     /// on 2 cores that doubled TCP latency).
     pub conn_epoll: OwnedFd,
-    /// Threads asleep (or about to be) in `wait`.
-    sleepers: AtomicUsize,
     pub shutdown: OwnedFd,
     pub listener: TcpListener,
     pub counters: Counters,
@@ -266,7 +264,6 @@ impl Endpoint {
             next_token: AtomicU64::new(3),
             epoll,
             conn_epoll,
-            sleepers: AtomicUsize::new(0),
             shutdown,
             listener,
             counters: Counters::default(),
@@ -766,8 +763,8 @@ impl Inner {
         self.next_token.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// FLIH: a connection is readable.  Frames go to their window's inbox,
-    /// then the window's bell rings (the SLIH).
+    /// A progress pass found a connection readable.  Frames go to their
+    /// window's inbox, then that window's bell rings (the SLIH).
     pub(crate) fn conn_readable(&self, conn: &Arc<Conn>) {
         let mut touched = [false; MAX_WINDOWS as usize];
         let mut goodbye = false;
@@ -932,7 +929,7 @@ impl Inner {
             d.lost = lost.pop_front();
             w.lost_ready.store(!lost.is_empty(), Ordering::Release);
         }
-        let notified = &self.control.window(window).notified;
+        let notified = &slot.notified;
         if d.shm + d.tcp == 0 && d.lost.is_none() && notified.load(Ordering::Relaxed) != 0 {
             d.notified = notified.swap(0, Ordering::Acquire) != 0;
         }
@@ -1020,10 +1017,7 @@ impl Inner {
             }
         }
         let word = &self.control.window(window).bell;
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let woke = self.block(window, word, deadline, cb);
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
-        woke
+        self.block(window, word, deadline, cb)
     }
 
     /// Before sleeping with queued sends: keep pushing while the receivers

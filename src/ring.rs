@@ -110,6 +110,12 @@ struct Record {
     _pad: [u8; 2],
 }
 
+impl Record {
+    fn new(len: u64, total: u64, tag: u8, flags: u8) -> Record {
+        Record { len: len as u32, total: total as u32, tag, flags, _pad: [0; 2] }
+    }
+}
+
 const STAMP_AT: u64 = 12;
 
 /// The stamp of a record at position `pos`: never 0 (0 is "not yet").
@@ -312,7 +318,7 @@ impl Producer {
             // Refresh `head` whenever the cached view is short of the ideal write.
             let free = self.free(if whole <= to_end { whole } else { (to_end + whole).min(self.cap) });
             let first = if *offset == 0 { FIRST } else { 0 };
-            let rec = |len: u64, flags: u8| Record { len: len as u32, total: total as u32, tag, flags, _pad: [0; 2] };
+            let rec = |len: u64, flags: u8| Record::new(len, total, tag, flags);
             if whole <= to_end && whole <= free {
                 // SAFETY: whole <= to_end keeps it in the data area; whole <= free
                 // means the consumer released those bytes.
@@ -358,10 +364,9 @@ impl Producer {
         self.head_cache = self.hdr().head.load(Ordering::Acquire);
         let pos = self.tail % self.cap;
         if self.head_cache == self.tail && pos >= HOT_BYTES {
-            let pad = Record { len: 0, total: 0, tag: 0, flags: PAD, _pad: [0; 2] };
             // SAFETY: the ring is empty, so the consumer released every byte and
             // the PAD header fits at the 16-aligned position.
-            unsafe { self.put(pad, None) };
+            unsafe { self.put(Record::new(0, 0, 0, PAD), None) };
         }
         self.next_rewind_check = self.tail + HOT_BYTES;
     }
@@ -400,14 +405,14 @@ impl Producer {
         let r = bulk.fill(slot, total, |dst| unsafe { msg.copy_to(dst, 0, total) });
         let payload = r.to_bytes();
         let parts = [&payload[..]];
-        let rec = |len: u64, flags: u8| Record { len: len as u32, total: total as u32, tag, flags, _pad: [0; 2] };
         // SAFETY: free >= pad + need was checked: the PAD (to the end) and the
         // record fit, and positions are 16-aligned.
         unsafe {
             if pad > 0 {
-                self.put(rec(0, PAD), None);
+                self.put(Record::new(0, total, tag, PAD), None);
             }
-            self.put(rec(BULK_REF_BYTES as u64, FIRST | LAST | BULK), Some((&Gather::new(&parts), 0)));
+            let bulk_rec = Record::new(BULK_REF_BYTES as u64, total, tag, FIRST | LAST | BULK);
+            self.put(bulk_rec, Some((&Gather::new(&parts), 0)));
         }
         Some(true)
     }
@@ -593,8 +598,7 @@ impl Consumer {
     /// Did the producer ask to be rung?  (Clears the flag.)  SYNC POINT R3
     /// (consumer side): asked on every progress pass, consumed or not.
     pub fn take_producer_waiting(&self) -> bool {
-        let w = &self.hdr().producer_waiting;
-        w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::AcqRel) != 0
+        self.producer_waiting() && self.hdr().producer_waiting.swap(0, Ordering::AcqRel) != 0
     }
 
     /// The same question without clearing, for the re-check after arming.
@@ -607,10 +611,9 @@ impl Consumer {
 mod tests {
     use super::*;
 
+    /// A ring without a bulk buffer (chunks only).
     fn pair(tag: &str, cap: u32) -> (Producer, Consumer) {
-        let job = format!("ut-{}-{}", tag, std::process::id());
-        let p = Producer::create("/dev/shm", &job, 1, 2, 0, cap, 0).unwrap();
-        let c = Consumer::open("/dev/shm", &job, 1, 2, 0, 1 << 30).unwrap();
+        let (p, c, _) = bulk_pair(tag, cap, 0);
         (p, c)
     }
 

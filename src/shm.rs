@@ -120,9 +120,10 @@ fn unlink_where(dir: &str, hit: impl Fn(&str) -> bool) {
     }
 }
 
-/// Is `name` a ring (or bulk) file of `job` towards `task`?
-fn is_ring_to(name: &str, job: &str, task: u32) -> bool {
-    name.starts_with(&format!("{PREFIX}{job}-r")) && name.contains(&format!("-{task}-w"))
+/// A test for "a ring (or bulk) file of `job` towards `task`".
+fn ring_to(job: &str, task: u32) -> impl Fn(&str) -> bool {
+    let (prefix, to) = (format!("{PREFIX}{job}-r"), format!("-{task}-w"));
+    move |name| name.starts_with(&prefix) && name.contains(&to)
 }
 
 /// Remove every file of `job` that names `task` (its control segment and the
@@ -130,14 +131,16 @@ fn is_ring_to(name: &str, job: &str, task: u32) -> bool {
 pub fn unlink_task_files(dir: &str, job: &str, task: u32) {
     let own = control_name(job, task);
     let from = format!("{PREFIX}{job}-r{task}-");
-    unlink_where(dir, |name| name == own || name.starts_with(&from) || is_ring_to(name, job, task));
+    let to_task = ring_to(job, task);
+    unlink_where(dir, |name| name == own || name.starts_with(&from) || to_task(name));
 }
 
 /// At `task`'s close: remove the bulk files that senders left for it
 /// (messages it never took; see bulk.rs).
 pub fn unlink_bulk_to(dir: &str, job: &str, task: u32) {
+    let to_task = ring_to(job, task);
     unlink_where(dir, |name| {
-        is_ring_to(name, job, task) && name.rsplit_once("-b").is_some_and(|(_, g)| g.parse::<u32>().is_ok())
+        to_task(name) && name.rsplit_once("-b").is_some_and(|(_, g)| g.parse::<u32>().is_ok())
     });
 }
 
