@@ -984,11 +984,15 @@ impl Inner {
         timeout: Option<Duration>,
         cb: &mut dyn FnMut(u32, u8, &[u8]),
     ) -> Result<Woke> {
+        // A message already here costs no clock read.
+        if let Some(o) = self.progress(window, cb).outcome() {
+            return Ok(o);
+        }
         let start = sys::now_ns();
         let deadline = timeout.map(|t| start.saturating_add(t.as_nanos().min(u64::MAX as u128) as u64));
         let expired = |now: u64| deadline.is_some_and(|d| now >= d);
-        if let Some(o) = self.progress(window, cb).outcome() {
-            return Ok(o);
+        if expired(start) {
+            return Ok(Woke::Timeout);
         }
         let spin_until = match mode {
             WaitMode::Poll => u64::MAX,
@@ -1000,8 +1004,9 @@ impl Inner {
         // half a pass late on average.  No pause instruction either (on
         // recent x86 it stalls ~40 ns); the pass itself paces the polling.
         const CLOCK_EVERY: u32 = 16;
-        let mut pass = 0u32;
-        loop {
+        // `start` was the first clock read.
+        let mut pass = 1u32;
+        while start < spin_until {
             if pass % CLOCK_EVERY == 0 {
                 let now = sys::now_ns();
                 if now >= spin_until {

@@ -462,20 +462,31 @@ static int floor_tcp(struct tcp_floor *out) {
 
 /* ============================================================= doorbell */
 
-enum { TAG_PING = 1, TAG_PONG = 2, TAG_STREAM = 3, TAG_SYNC = 4, TAG_ACK = 5, TAG_STOP = 6 };
+enum { TAG_PING = 1, TAG_PONG = 2, TAG_STREAM = 3, TAG_SYNC = 4, TAG_ACK = 5, TAG_STOP = 6, TAG_FLOOR = 7 };
 
 struct config {
   const char *name;
   int tcp;          /* different node_id per task, loopback only */
   uint32_t mode;    /* DOORBELL_WAIT_* */
+  int pair;         /* PAIR_*: the floor measured beside each latency repetition */
 };
 
+/* Paired floors.  This host moves between placements within one run (the
+ * cache-line floor reads 0.05 us in one, 0.22 us in the other, and loopback
+ * TCP 40 us or 180 us), so a figure and a floor taken minutes apart can come
+ * from different machines.  The pair's own two processes therefore run the
+ * bare floor right before every latency repetition, on the same pinned CPUs,
+ * and the ratio is the median of the per-repetition ratios.  Block mode
+ * keeps the start/end futex floor only: its floor needs the idle gap (see
+ * floor_pingpong) that a doorbell ping-pong does not have. */
+enum { PAIR_NONE = 0, PAIR_SPIN = 1, PAIR_TCP = 2 };
+
 static const struct config configs[] = {
-    {"shm poll", 0, DOORBELL_WAIT_POLL},
-    {"shm block", 0, DOORBELL_WAIT_BLOCK},
-    {"shm adaptive", 0, DOORBELL_WAIT_ADAPTIVE},
-    {"tcp poll", 1, DOORBELL_WAIT_POLL},
-    {"tcp block", 1, DOORBELL_WAIT_BLOCK},
+    {"shm poll", 0, DOORBELL_WAIT_POLL, PAIR_SPIN},
+    {"shm block", 0, DOORBELL_WAIT_BLOCK, PAIR_NONE},
+    {"shm adaptive", 0, DOORBELL_WAIT_ADAPTIVE, PAIR_SPIN},
+    {"tcp poll", 1, DOORBELL_WAIT_POLL, PAIR_TCP},
+    {"tcp block", 1, DOORBELL_WAIT_BLOCK, PAIR_TCP},
 };
 #define NCONFIG (int)(sizeof configs / sizeof configs[0])
 
@@ -490,6 +501,12 @@ struct db_page {
   doorbell_counters ctr[2];
   int done[2];
   char err[2][400];
+  /* Paired floors (PAIR_*): per latency size and repetition, one-way us. */
+  double pair_floor[NLAT][MAX_REPS], pair_db[NLAT][MAX_REPS];
+  int pair_port;                      /* PAIR_TCP: task 1's loopback listener */
+  _Atomic uint32_t pair_listening;
+  _Alignas(64) _Atomic uint32_t pair_seq; /* PAIR_SPIN: the ping-pong word, alone on its line */
+  char pair_line_end[60];
 };
 
 /* Per-task receive state, filled by the callback.  Every message is copied
@@ -506,7 +523,8 @@ struct rx {
   int got_pong, got_ack;
   uint64_t ack_count, ack_bytes;
   /* responder side */
-  int got_ping, got_sync, stop;
+  int got_ping, got_sync, stop, got_floor;
+  uint64_t floor_size, floor_count;
   size_t ping_len;
   uint64_t ping_seq;
   uint64_t stream_count, stream_bytes;
@@ -576,6 +594,15 @@ static void on_recv(void *ctx, uint32_t task, uint32_t window, uint8_t tag,
     }
     s->got_ack = 1;
     break;
+  case TAG_FLOOR:
+    if (len != 16) {
+      rx_bad(s, "bad floor command");
+    } else {
+      s->floor_size = get_u64(data, 8);
+      s->floor_count = get_u64(data + 8, 8);
+      s->got_floor = 1;
+    }
+    break;
   case TAG_STOP:
     s->stop = 1;
     break;
@@ -587,6 +614,9 @@ static void on_recv(void *ctx, uint32_t task, uint32_t window, uint8_t tag,
 struct task {
   doorbell_endpoint *ep;
   uint32_t me, peer, mode;
+  int pair;             /* PAIR_* */
+  int pair_fd;          /* PAIR_TCP: bare loopback socket to the peer task */
+  uint32_t pair_seq;    /* PAIR_SPIN: last value both sides agreed on */
   struct rx rx;
   uint8_t *buf;
   struct db_page *pg;
@@ -601,11 +631,14 @@ static int task_fail(struct task *t, const char *what, int rc) {
 
 /* Send, pushing the backlog while it is full. */
 static int db_send(struct task *t, uint8_t tag, const void *data, size_t len) {
-  double deadline = now_s() + WAIT_TIMEOUT_US / 1e6;
+  /* The deadline is read only once the send has to wait: a clock read per
+   * message would be the harness's cost in every latency figure. */
+  double deadline = 0;
   for (;;) {
     int rc = doorbell_send(t->ep, t->peer, 0, tag, data, len);
     if (rc == DOORBELL_OK) return 0;
     if (rc != DOORBELL_ERR_WOULD_BLOCK) return task_fail(t, "doorbell_send", rc);
+    if (deadline == 0) deadline = now_s() + WAIT_TIMEOUT_US / 1e6;
     doorbell_wake w = {0, 0};
     rc = doorbell_progress(t->ep, 0, on_recv, &t->rx, &w);
     if (rc < 0) return task_fail(t, "doorbell_progress", rc);
@@ -644,6 +677,102 @@ static int page_barrier(struct db_page *pg, uint32_t *gen) {
     if (now_s() > deadline) return -1;
     usleep(50);
   }
+  return 0;
+}
+
+/* ---- paired floors (see PAIR_*): the bare ping-pong, between the pair's
+ * own two processes.  The initiator announces each repetition over doorbell
+ * (TAG_FLOOR: size, count); the responder echoes `count` bare rounds. */
+
+/* One side of the bare rounds.  Initiator: ping then wait for the pong;
+ * responder: wait for the ping, then pong.  Returns 0, or -1 on failure. */
+static int pair_round(struct task *t, uint8_t *buf, size_t size, uint64_t i) {
+  if (t->pair == PAIR_SPIN) {
+    uint32_t ping = t->pair_seq + 1, pong = t->pair_seq + 2, want = t->me == 0 ? pong : ping;
+    unsigned long spins = 0;
+    double since = 0;
+    if (t->me == 0) atomic_store_explicit(&t->pg->pair_seq, ping, memory_order_release);
+    while (atomic_load_explicit(&t->pg->pair_seq, memory_order_acquire) != want)
+      if (floor_stuck(&spins, &since)) return -1;
+    if (t->me == 1) atomic_store_explicit(&t->pg->pair_seq, pong, memory_order_release);
+    t->pair_seq = pong;
+    return 0;
+  }
+  uint64_t seq;
+  if (t->me == 0) {
+    memcpy(buf, &i, sizeof i);
+    if (send_all(t->pair_fd, buf, size) || recv_all(t->pair_fd, buf, size)) return -1;
+  } else {
+    if (recv_all(t->pair_fd, buf, size)) return -1;
+    if (send_all(t->pair_fd, buf, size)) return -1;
+  }
+  memcpy(&seq, buf, sizeof seq);
+  return seq == i ? 0 : -1;
+}
+
+/* Initiator: one paired floor repetition of `n` rounds of `size` bytes.
+ * Round 0 waits for the responder to take the command and is not timed.
+ * Returns one-way us, <0 on failure. */
+static double pair_floor_rep(struct task *t, size_t size, long n) {
+  uint64_t cmd[2] = {size, (uint64_t)n + 1};
+  if (db_send(t, TAG_FLOOR, cmd, sizeof cmd)) return -1;
+  double t0 = 0;
+  for (long i = 0; i <= n; i++) {
+    if (i == 1) t0 = now_s();
+    if (pair_round(t, t->buf, size, (uint64_t)i)) {
+      snprintf(t->err, sizeof t->err, "[%s] paired floor: the peer stopped answering", t->phase);
+      return -1;
+    }
+  }
+  return (now_s() - t0) / (double)n / 2 * 1e6;
+}
+
+/* Responder: echo the rounds a TAG_FLOOR asked for. */
+static int pair_floor_echo(struct task *t) {
+  struct rx *s = &t->rx;
+  s->got_floor = 0;
+  if (t->pair == PAIR_NONE || s->floor_size < 8 || s->floor_size > MAX_MSG) {
+    snprintf(t->err, sizeof t->err, "[%s] unexpected floor command", t->phase);
+    return -1;
+  }
+  for (uint64_t i = 0; i < s->floor_count; i++)
+    if (pair_round(t, t->buf, s->floor_size, i)) {
+      snprintf(t->err, sizeof t->err, "[%s] paired floor: the initiator stopped", t->phase);
+      return -1;
+    }
+  return 0;
+}
+
+/* PAIR_TCP: task 1 listens on loopback, task 0 connects (blocking socket,
+ * TCP_NODELAY: the bare floor's own settings). */
+static int pair_connect(struct task *t) {
+  if (t->pair != PAIR_TCP) return 0;
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t sl = sizeof sa;
+  double deadline = now_s() + 30;
+  if (t->me == 1) {
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) || listen(lfd, 1) ||
+        getsockname(lfd, (struct sockaddr *)&sa, &sl))
+      return -1;
+    t->pg->pair_port = ntohs(sa.sin_port);
+    atomic_store(&t->pg->pair_listening, 1);
+    t->pair_fd = accept(lfd, NULL, NULL); /* the child's alarm bounds this */
+    close(lfd);
+  } else {
+    while (!atomic_load(&t->pg->pair_listening)) {
+      if (now_s() > deadline) return -1;
+      usleep(100);
+    }
+    sa.sin_port = htons((uint16_t)t->pg->pair_port);
+    t->pair_fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (t->pair_fd >= 0 && connect(t->pair_fd, (struct sockaddr *)&sa, sizeof sa)) {
+      close(t->pair_fd);
+      t->pair_fd = -1;
+    }
+  }
+  if (t->pair_fd < 0) return -1;
+  set_nodelay(t->pair_fd);
   return 0;
 }
 
@@ -691,8 +820,9 @@ static int initiator(struct task *t) {
     if (s < 0) return -1;
     long it = iters_for(s, n, 20, 1L << 22);
     for (int r = 0; r < g_reps; r++) {
+      if (t->pair != PAIR_NONE && (t->pg->pair_floor[i][r] = pair_floor_rep(t, lat_sizes[i], it)) < 0) return -1;
       if ((s = db_pingpong(t, lat_sizes[i], it, &seq)) < 0) return -1;
-      v[r] = s / (double)it / 2 * 1e6;
+      v[r] = t->pg->pair_db[i][r] = s / (double)it / 2 * 1e6;
     }
     t->pg->lat[i] = median(v, g_reps);
   }
@@ -727,6 +857,7 @@ static int responder(struct task *t) {
       stamp(t->buf, s->ping_len, s->ping_seq);
       if (db_send(t, TAG_PONG, t->buf, s->ping_len)) return -1;
     }
+    if (s->got_floor && pair_floor_echo(t)) return -1;
     if (s->got_sync) {
       uint64_t ack[2] = {s->stream_count, s->stream_bytes};
       s->got_sync = 0;
@@ -773,11 +904,13 @@ static int run_task_inner(struct task *t, const struct config *c, const char *jo
     return -1;
   }
   pg->path[t->me] = doorbell_peer_path(t->ep, t->peer);
+  if (pair_connect(t)) return task_fail(t, "paired floor: loopback socket to the peer", DOORBELL_ERR_NETWORK);
   if (page_barrier(pg, &gen)) return task_fail(t, "barrier", DOORBELL_ERR_TIMED_OUT);
 
   snprintf(t->phase, sizeof t->phase, "%s", t->me == 0 ? "start" : "responding");
   if ((t->me == 0 ? initiator(t) : responder(t))) return -1;
   snprintf(t->phase, sizeof t->phase, "teardown");
+  if (t->pair_fd >= 0) close(t->pair_fd), t->pair_fd = -1;
 
   if ((rc = doorbell_counters_get(t->ep, &pg->ctr[t->me]))) return task_fail(t, "doorbell_counters_get", rc);
   /* Neither side tears down while the other may still need the link. */
@@ -796,6 +929,8 @@ static void run_task(struct db_page *pg, const struct config *c, uint32_t me, co
   t.me = me;
   t.peer = 1 - me;
   t.mode = c->mode;
+  t.pair = c->pair;
+  t.pair_fd = -1;
   t.pg = pg;
   t.buf = touched_alloc(MAX_MSG, 0x5a);
   t.rx.dst = touched_alloc(MAX_MSG, 0xa5);
@@ -944,6 +1079,31 @@ static void print_machine(void) {
          g_reps, g_rep_s * 1e3);
 }
 
+/* Paired floors: the median floor of latency size i, and the median of the
+ * per-repetition ratios figure / (floor + extra_us).  <0: not measured. */
+static double pair_floor_median(const struct db_page *pg, int i) {
+  double v[MAX_REPS];
+  for (int r = 0; r < g_reps; r++) v[r] = pg->pair_floor[i][r];
+  return median(v, g_reps);
+}
+
+static double pair_ratio(const struct db_page *pg, int i, double extra_us) {
+  double v[MAX_REPS];
+  for (int r = 0; r < g_reps; r++) {
+    if (pg->pair_floor[i][r] <= 0 || pg->pair_db[i][r] <= 0) return -1;
+    v[r] = pg->pair_db[i][r] / (pg->pair_floor[i][r] + extra_us);
+  }
+  return median(v, g_reps);
+}
+
+/* What a paired shm floor adds for the payload: one copy at memcpy speed.
+ * Unknown (<0) without a memcpy floor, except at 8 B where it is nil. */
+static double pair_extra_us(const struct config *c, int i, double mcpy) {
+  if (c->pair != PAIR_SPIN) return 0;
+  if (mcpy > 0) return (double)lat_sizes[i] / (mcpy * 1e3);
+  return i == 0 ? 0 : -1;
+}
+
 static void fmt_lat(char *b, size_t n, double v) {
   if (v <= 0) snprintf(b, n, "-");
   else snprintf(b, n, "%.2f", v);
@@ -1052,6 +1212,28 @@ int main(int argc, char **argv) {
   }
 
   if (do_core) {
+    printf("\npaired floors: the bare ping-pong between the configuration's own two pinned processes, run right\n"
+           "  before each latency repetition (median); ratio = median of the per-repetition ratios, floor =\n"
+           "  cache line + size / memcpy (shm) or the bare loopback socket at the same size (tcp)\n");
+    printf("%-22s %9s %9s %9s %9s\n", "", "8 B", "1 KiB", "64 KiB", "1 MiB");
+    for (int ci = 0; ci < NCONFIG; ci++) {
+      const struct config *c = &configs[ci];
+      if (!cfg_ok[ci] || c->pair == PAIR_NONE) continue;
+      char name[40];
+      snprintf(name, sizeof name, "%s floor (us)", c->name);
+      printf("%-22s", name);
+      for (int i = 0; i < NLAT; i++) printf(" %9.3f", pair_floor_median(&res[ci], i));
+      printf("\n%-22s", "  doorbell / floor");
+      for (int i = 0; i < NLAT; i++) {
+        double x = pair_extra_us(c, i, mcpy), r = x < 0 ? -1 : pair_ratio(&res[ci], i, x);
+        if (r < 0) printf(" %9s", "-");
+        else printf(" %8.2fx", r);
+      }
+      printf("\n");
+    }
+  }
+
+  if (do_core) {
     printf("\ndoorbell counters per configuration (task 0 = initiator, task 1 = responder)\n");
     printf("%-19s %4s %10s %10s %9s %9s %9s %9s %9s %9s\n", "config", "task", "notif.sent", "notif.skip",
            "wakeups", "spurious", "shm sent", "shm recv", "tcp sent", "tcp recv");
@@ -1080,14 +1262,15 @@ int main(int argc, char **argv) {
       double floor;
       double limit;
       const char *floor_name;
+      int paired;  /* judged against the paired floor (start/end ratio shown beside it) */
     } tg[] = {
-        {0, 1, 0, spin, 3.0, "cache-line floor"},
-        {1, 1, 0, futex, 1.5, "futex floor"},
-        {0, 0, 2, mcpy, 0.5, "memcpy"},
-        {1, 0, 2, mcpy, 0.5, "memcpy"},
-        {2, 0, 2, mcpy, 0.5, "memcpy"},
-        {3, 1, 0, tf.lat[0], 1.3, "bare TCP"},
-        {4, 1, 0, tf.lat[0], 1.3, "bare TCP"},
+        {0, 1, 0, spin, 3.0, "cache-line floor", 1},
+        {1, 1, 0, futex, 1.5, "futex floor", 0},
+        {0, 0, 2, mcpy, 0.5, "memcpy", 0},
+        {1, 0, 2, mcpy, 0.5, "memcpy", 0},
+        {2, 0, 2, mcpy, 0.5, "memcpy", 0},
+        {3, 1, 0, tf.lat[0], 1.3, "bare TCP", 1},
+        {4, 1, 0, tf.lat[0], 1.3, "bare TCP", 1},
     };
     for (size_t i = 0; i < sizeof tg / sizeof tg[0]; i++) {
       const char *name = configs[tg[i].ci].name;
@@ -1095,9 +1278,19 @@ int main(int argc, char **argv) {
       int have = cfg_ok[tg[i].ci] && tg[i].floor > 0;
       double v = !have ? 0 : tg[i].lat ? res[tg[i].ci].lat[tg[i].idx] : res[tg[i].ci].bw[tg[i].idx];
       double ratio = have ? v / tg[i].floor : 0;
+      double unpaired = ratio, pfloor = 0;
+      if (have && tg[i].paired) {
+        const struct config *c = &configs[tg[i].ci];
+        pfloor = pair_floor_median(&res[tg[i].ci], tg[i].idx);
+        ratio = pair_ratio(&res[tg[i].ci], tg[i].idx, pair_extra_us(c, tg[i].idx, mcpy));
+        have = ratio > 0;
+      }
       int met = have && (tg[i].lat ? ratio <= tg[i].limit : ratio >= tg[i].limit);
       char line[256];
-      if (tg[i].lat)
+      if (tg[i].lat && tg[i].paired)
+        snprintf(line, sizeof line, "%s 8 B latency %.3f us = %.2fx paired %s %.3f us (target <= %.1fx; "
+                 "%.2fx the start/end floor)", name, v, ratio, tg[i].floor_name, pfloor, tg[i].limit, unpaired);
+      else if (tg[i].lat)
         snprintf(line, sizeof line, "%s 8 B latency %.3f us = %.2fx %s (target <= %.1fx)", name, v, ratio,
                  tg[i].floor_name, tg[i].limit);
       else
