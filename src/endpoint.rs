@@ -13,7 +13,7 @@ use crate::ring::{Consumer, Gather, Producer};
 use crate::sys;
 use crate::task_table::TaskTable;
 use crate::try_lock::TryLock;
-use crate::tcp::{Conn, RxEnd, RxEvent, NO_TASK};
+use crate::tcp::{Conn, RxEnd, RxEvent, CONN_EVENTS, NO_TASK};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -689,7 +689,7 @@ impl Inner {
         use std::io::Write;
         stream.write_all(&frame::hello(self.cfg.task, self.job_hash)).map_err(|_| Error::Network)?;
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(Conn::new(stream, token, p.task, true, self.buf_pool.clone()).map_err(|_| Error::Network)?);
+        let conn = Arc::new(Conn::new(stream, token, p.task, true, self.buf_pool.clone(), self.conn_epoll.as_raw_fd()).map_err(|_| Error::Network)?);
         self.add_conn(&conn)?;
         *slot = Some(conn.clone());
         Ok(conn)
@@ -699,8 +699,7 @@ impl Inner {
     /// whoever reads drains to EWOULDBLOCK).
     pub(crate) fn add_conn(&self, c: &Arc<Conn>) -> Result<()> {
         let mut conns = lock(&self.conns);
-        let ev = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
-        sys::epoll_add(self.conn_epoll.as_raw_fd(), c.stream.as_raw_fd(), ev, c.token).map_err(|_| Error::Network)?;
+        sys::epoll_add(self.conn_epoll.as_raw_fd(), c.stream.as_raw_fd(), CONN_EVENTS, c.token).map_err(|_| Error::Network)?;
         conns.insert(c.token, c.clone());
         self.conn_count.store(conns.len(), Ordering::Relaxed);
         Ok(())

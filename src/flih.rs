@@ -35,7 +35,8 @@ pub(crate) fn run(inner: &Inner) {
 fn accept_all(inner: &Inner) {
     while let Ok((stream, _)) = inner.listener.accept() {
         let token = inner.new_token();
-        let Ok(conn) = Conn::new(stream, token, NO_TASK, false, inner.buf_pool.clone()) else { continue };
+        let set = inner.conn_epoll.as_raw_fd();
+        let Ok(conn) = Conn::new(stream, token, NO_TASK, false, inner.buf_pool.clone(), set) else { continue };
         // On failure the connection is dropped (closed) right here.
         let _ = inner.add_conn(&Arc::new(conn));
     }

@@ -1,5 +1,9 @@
 //! One TCP connection: its receive parser (hello, then frames) and its send
 //! queue.  The FLIH thread reads; any thread may send; EPOLLOUT drains.
+//!
+//! The connection asks its set for EPOLLOUT only while bytes are queued.
+//! Watched always, an ACK that frees send space can be an edge that, with a
+//! thread asleep, wakes the FLIH and then that thread for nothing.
 
 use crate::buf_pool::BufPool;
 use crate::error::{Error, Result};
@@ -7,16 +11,21 @@ use crate::frame::{self, FrameHeader, FRAME_HEADER, HELLO_BYTES};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read};
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub const NO_TASK: u32 = u32::MAX;
+/// What a connection's set watches for it; EPOLLOUT is added while it has a queue.
+pub(crate) const CONN_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+const CONN_EVENTS_OUT: u32 = CONN_EVENTS | libc::EPOLLOUT as u32;
 const STAGE: usize = 64 * 1024;
 
 pub struct Conn {
     pub stream: TcpStream,
     pub token: u64,
+    /// The epoll set (the endpoint's connection set) that holds this socket.
+    set: RawFd,
     /// The peer's task once its hello arrived (or at once for our own connects).
     pub task: AtomicU32,
     pub dead: AtomicBool,
@@ -40,6 +49,8 @@ struct Tx {
     /// Bytes of queue.front() already sent.
     front_sent: usize,
     queued: u64,
+    /// EPOLLOUT is in the set's interest for this socket (the queue is not empty).
+    out_watched: bool,
 }
 
 /// What the parser found.
@@ -64,12 +75,14 @@ pub enum RxEnd {
 
 impl Conn {
     /// `greeted`: true for connections we opened (we sent the hello).
-    pub fn new(stream: TcpStream, token: u64, task: u32, greeted: bool, pool: Arc<BufPool>) -> io::Result<Conn> {
+    /// `set`: the epoll set the caller adds the socket to, with CONN_EVENTS.
+    pub fn new(stream: TcpStream, token: u64, task: u32, greeted: bool, pool: Arc<BufPool>, set: RawFd) -> io::Result<Conn> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
         Ok(Conn {
             stream,
             token,
+            set,
             task: AtomicU32::new(task),
             dead: AtomicBool::new(false),
             rx: Mutex::new(Rx { greeted, stage: vec![0; STAGE], start: 0, end: 0, body: None }),
@@ -148,8 +161,20 @@ impl Conn {
             slices.iter().for_each(|s| v.extend_from_slice(s));
             tx.queued += v.len() as u64;
             tx.queue.push_back(v);
+            self.watch_out(&mut tx, true);
         }
         Ok(())
+    }
+
+    /// Add or drop EPOLLOUT in the set's interest.  Adding it re-checks the
+    /// socket (EPOLL_CTL_MOD), so room that appeared before is still an event.
+    fn watch_out(&self, tx: &mut Tx, on: bool) {
+        if tx.out_watched != on {
+            let events = if on { CONN_EVENTS_OUT } else { CONN_EVENTS };
+            // Fails only for a socket already dropped from the set (dead).
+            let _ = crate::sys::epoll_mod(self.set, self.stream.as_raw_fd(), events, self.token);
+            tx.out_watched = on;
+        }
     }
 
     /// Write queued bytes until the socket is full.  Ok(true): queue empty.
@@ -180,6 +205,7 @@ impl Conn {
                 }
             }
         }
+        self.watch_out(tx, false);
         Ok(true)
     }
 }
