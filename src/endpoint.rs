@@ -719,9 +719,9 @@ impl Inner {
             for ev in &events[..n] {
                 let (token, bits) = (ev.u64, ev.events);
                 let Some(conn) = lock(&self.conns).get(&token).cloned() else { continue };
-                let readable = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP) as u32;
-                if bits & readable != 0 {
-                    self.conn_readable(&conn);
+                let hup = (libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP) as u32;
+                if bits & (hup | libc::EPOLLIN as u32) != 0 {
+                    self.conn_readable(&conn, bits & hup != 0);
                 }
                 if bits & libc::EPOLLOUT as u32 != 0 {
                     // The socket drained: push what senders queued.
@@ -764,10 +764,10 @@ impl Inner {
 
     /// A progress pass found a connection readable.  Frames go to their
     /// window's inbox, then that window's bell rings (the SLIH).
-    pub(crate) fn conn_readable(&self, conn: &Arc<Conn>) {
+    pub(crate) fn conn_readable(&self, conn: &Arc<Conn>, hup: bool) {
         let mut touched = [false; MAX_WINDOWS as usize];
         let mut goodbye = false;
-        let end = conn.read_ready(self.job_hash, MAX_TASKS, self.cfg.max_message, &mut |ev| match ev {
+        let end = conn.read_ready(hup, self.job_hash, MAX_TASKS, self.cfg.max_message, &mut |ev| match ev {
             RxEvent::Hello(task) => {
                 conn.task.store(task, Ordering::Release);
                 let p = self.peer_or_insert(task, false, None);

@@ -98,20 +98,30 @@ impl Conn {
     /// Read everything available and hand each event to `on`.  A reader
     /// already at work means "nothing to do": it reads until the socket is
     /// empty, this call's readiness included.
-    pub fn read_ready(&self, job_hash: u64, max_tasks: u32, max_message: u64, on: &mut dyn FnMut(RxEvent)) -> RxEnd {
+    ///
+    /// A read that returns less than it asked for emptied the socket (TCP
+    /// copies until its queue and backlog are empty), and bytes that arrive
+    /// after it are a new edge for the edge-triggered set; so reading stops
+    /// there instead of paying one more recv for EAGAIN on every wake-up.
+    /// With `to_eof` (the event said the peer hung up) it reads on until
+    /// EOF or EAGAIN: the hang-up's edge is spent, and none follows it.
+    pub fn read_ready(&self, to_eof: bool, job_hash: u64, max_tasks: u32, max_message: u64, on: &mut dyn FnMut(RxEvent)) -> RxEnd {
         let mut rx = match self.rx.try_lock() {
             Ok(rx) => rx,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return RxEnd::Drained,
         };
+        let mut emptied = false;
         loop {
             if let Some(end) = rx.parse(job_hash, max_tasks, max_message, &self.pool, on) {
                 return end;
             }
-            let r = rx.fill(&self.stream);
-            match r {
-                Ok(0) => return RxEnd::Closed,
-                Ok(_) => {}
+            if emptied {
+                return RxEnd::Drained;
+            }
+            match rx.fill(&self.stream) {
+                Ok((0, _)) => return RxEnd::Closed,
+                Ok((n, asked)) => emptied = !to_eof && n < asked,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return RxEnd::Drained,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return RxEnd::Closed,
@@ -285,7 +295,8 @@ impl Rx {
     }
 
     /// Read more bytes: straight into a large body, else into the stage.
-    fn fill(&mut self, mut s: &TcpStream) -> io::Result<usize> {
+    /// One read.  Returns (bytes read, bytes asked for).
+    fn fill(&mut self, mut s: &TcpStream) -> io::Result<(usize, usize)> {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -293,7 +304,7 @@ impl Rx {
         if let Some((hdr, body)) = self.body.as_mut() {
             let need = hdr.len as usize - body.len();
             if self.start == self.end && need >= STAGE {
-                return crate::sys::recv_append(s.as_raw_fd(), body, need);
+                return crate::sys::recv_append(s.as_raw_fd(), body, need).map(|n| (n, need));
             }
         }
         if self.end == self.stage.len() {
@@ -301,8 +312,9 @@ impl Rx {
             self.end -= self.start;
             self.start = 0;
         }
+        let asked = self.stage.len() - self.end;
         let n = s.read(&mut self.stage[self.end..])?;
         self.end += n;
-        Ok(n)
+        Ok((n, asked))
     }
 }
