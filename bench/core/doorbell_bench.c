@@ -503,6 +503,10 @@ struct db_page {
   char err[2][400];
   /* Paired floors (PAIR_*): per latency size and repetition, one-way us. */
   double pair_floor[NLAT][MAX_REPS], pair_db[NLAT][MAX_REPS];
+  /* ... and per stream size: GB/s of the bare stream and of doorbell. */
+  double pair_bw_floor[NBW][MAX_REPS], pair_bw_db[NBW][MAX_REPS];
+  /* PAIR_SPIN stream: slot i of g_pair_buf holds a message while pair_full[i]. */
+  _Alignas(64) _Atomic uint32_t pair_full[2][16];
   int pair_port;                      /* PAIR_TCP: task 1's loopback listener */
   _Atomic uint32_t pair_listening;
   _Alignas(64) _Atomic uint32_t pair_seq; /* PAIR_SPIN: the ping-pong word, alone on its line */
@@ -524,7 +528,7 @@ struct rx {
   uint64_t ack_count, ack_bytes;
   /* responder side */
   int got_ping, got_sync, stop, got_floor;
-  uint64_t floor_size, floor_count;
+  uint64_t floor_size, floor_count, floor_stream;
   size_t ping_len;
   uint64_t ping_seq;
   uint64_t stream_count, stream_bytes;
@@ -595,11 +599,12 @@ static void on_recv(void *ctx, uint32_t task, uint32_t window, uint8_t tag,
     s->got_ack = 1;
     break;
   case TAG_FLOOR:
-    if (len != 16) {
+    if (len != 24) {
       rx_bad(s, "bad floor command");
     } else {
       s->floor_size = get_u64(data, 8);
       s->floor_count = get_u64(data + 8, 8);
+      s->floor_stream = get_u64(data + 16, 8);
       s->got_floor = 1;
     }
     break;
@@ -714,7 +719,7 @@ static int pair_round(struct task *t, uint8_t *buf, size_t size, uint64_t i) {
  * Round 0 waits for the responder to take the command and is not timed.
  * Returns one-way us, <0 on failure. */
 static double pair_floor_rep(struct task *t, size_t size, long n) {
-  uint64_t cmd[2] = {size, (uint64_t)n + 1};
+  uint64_t cmd[3] = {size, (uint64_t)n + 1, 0};
   if (db_send(t, TAG_FLOOR, cmd, sizeof cmd)) return -1;
   double t0 = 0;
   for (long i = 0; i <= n; i++) {
@@ -727,13 +732,74 @@ static double pair_floor_rep(struct task *t, size_t size, long n) {
   return (now_s() - t0) / (double)n / 2 * 1e6;
 }
 
-/* Responder: echo the rounds a TAG_FLOOR asked for. */
+/* The paired stream floor.  PAIR_SPIN: a bare two-slot copy pipeline
+ * through a shared mapping made before the fork (the initiator copies a
+ * message into a free slot, the responder copies it out and frees the slot:
+ * one copy per side, as doorbell's bulk path and the receiving callback
+ * make).  PAIR_TCP: the bare socket streams, the responder acks the end. */
+static uint8_t *g_pair_buf; /* 2 x MAX_MSG, MAP_SHARED, PAIR_SPIN only */
+
+static int pair_slot_wait(struct task *t, int slot, uint32_t want) {
+  unsigned long spins = 0;
+  double since = 0;
+  while (atomic_load_explicit(&t->pg->pair_full[slot][0], memory_order_acquire) != want)
+    if (floor_stuck(&spins, &since)) return -1;
+  return 0;
+}
+
+/* Initiator: one repetition of `n` messages of `size` bytes; GB/s, <0 on failure. */
+static double pair_stream_rep(struct task *t, size_t size, long n) {
+  uint64_t cmd[3] = {size, (uint64_t)n, 1};
+  if (db_send(t, TAG_FLOOR, cmd, sizeof cmd)) return -1;
+  double t0 = now_s();
+  char ack = 0;
+  for (long i = 0; i < n; i++) {
+    stamp(t->buf, size, (uint64_t)i);
+    if (t->pair == PAIR_SPIN) {
+      int slot = (int)(i & 1);
+      if (pair_slot_wait(t, slot, 0)) return -1;
+      memcpy(g_pair_buf + (size_t)slot * MAX_MSG, t->buf, size);
+      atomic_store_explicit(&t->pg->pair_full[slot][0], 1, memory_order_release);
+    } else if (send_all(t->pair_fd, t->buf, size)) {
+      return -1;
+    }
+  }
+  if (t->pair == PAIR_SPIN ? pair_slot_wait(t, 0, 0) || pair_slot_wait(t, 1, 0)
+                           : recv_all(t->pair_fd, &ack, 1) || ack != 'A')
+    return -1;
+  return (double)size * (double)n / (now_s() - t0) / 1e9;
+}
+
+/* Responder side of pair_stream_rep: take `count` messages, check each. */
+static int pair_stream_take(struct task *t, size_t size, uint64_t count) {
+  for (uint64_t i = 0; i < count; i++) {
+    if (t->pair == PAIR_SPIN) {
+      int slot = (int)(i & 1);
+      if (pair_slot_wait(t, slot, 1)) return -1;
+      memcpy(t->rx.dst, g_pair_buf + (size_t)slot * MAX_MSG, size);
+      atomic_store_explicit(&t->pg->pair_full[slot][0], 0, memory_order_release);
+    } else if (recv_all(t->pair_fd, t->rx.dst, size)) {
+      return -1;
+    }
+    if (get_u64(t->rx.dst, 8) != i || get_u64(t->rx.dst + size - 8, 8) != i) return -1;
+  }
+  return t->pair == PAIR_TCP ? send_all(t->pair_fd, "A", 1) : 0;
+}
+
+/* Responder: echo the rounds (or take the stream) a TAG_FLOOR asked for. */
 static int pair_floor_echo(struct task *t) {
   struct rx *s = &t->rx;
   s->got_floor = 0;
   if (t->pair == PAIR_NONE || s->floor_size < 8 || s->floor_size > MAX_MSG) {
     snprintf(t->err, sizeof t->err, "[%s] unexpected floor command", t->phase);
     return -1;
+  }
+  if (s->floor_stream) {
+    if (pair_stream_take(t, s->floor_size, s->floor_count)) {
+      snprintf(t->err, sizeof t->err, "[%s] paired stream floor: stopped or corrupt", t->phase);
+      return -1;
+    }
+    return 0;
   }
   for (uint64_t i = 0; i < s->floor_count; i++)
     if (pair_round(t, t->buf, s->floor_size, i)) {
@@ -833,8 +899,12 @@ static int initiator(struct task *t) {
     if (s < 0) return -1;
     long it = iters_for(s, n, 8, 1L << 20);
     for (int r = 0; r < g_reps; r++) {
+      if (t->pair != PAIR_NONE && (t->pg->pair_bw_floor[i][r] = pair_stream_rep(t, bw_sizes[i], it)) < 0) {
+        snprintf(t->err, sizeof t->err, "[%s] paired stream floor failed", t->phase);
+        return -1;
+      }
       if ((s = db_stream(t, bw_sizes[i], it)) < 0) return -1;
-      v[r] = (double)bw_sizes[i] * (double)it / s / 1e9;
+      v[r] = t->pg->pair_bw_db[i][r] = (double)bw_sizes[i] * (double)it / s / 1e9;
     }
     t->pg->bw[i] = median(v, g_reps);
   }
@@ -949,6 +1019,7 @@ static void run_task(struct db_page *pg, const struct config *c, uint32_t me, co
 static int run_config(int ci, struct db_page *out, char *why, size_t whylen) {
   const struct config *c = &configs[ci];
   struct db_page *pg = shared_map(sizeof *pg);
+  g_pair_buf = c->pair == PAIR_SPIN ? shared_map(2 * (size_t)MAX_MSG) : NULL;
   char job[41];
   snprintf(job, sizeof job, "dbbench%d_%d", (int)getpid(), ci);
   pid_t pid[2], parent = getpid();
@@ -989,6 +1060,7 @@ static int run_config(int ci, struct db_page *out, char *why, size_t whylen) {
   }
   *out = *pg;
   munmap(pg, sizeof *pg);
+  if (g_pair_buf) munmap(g_pair_buf, 2 * (size_t)MAX_MSG), g_pair_buf = NULL;
   if (timed_out && !out->err[0][0] && !out->err[1][0]) {
     snprintf(why, whylen, "timed out after %d s (a doorbell call never returned?)", CONFIG_DEADLINE_S);
     return -1;
@@ -1084,6 +1156,22 @@ static void print_machine(void) {
 static double pair_floor_median(const struct db_page *pg, int i) {
   double v[MAX_REPS];
   for (int r = 0; r < g_reps; r++) v[r] = pg->pair_floor[i][r];
+  return median(v, g_reps);
+}
+
+/* Bandwidth: the median bare stream (GB/s) and the median of doorbell / bare. */
+static double pair_bw_floor_median(const struct db_page *pg, int i) {
+  double v[MAX_REPS];
+  for (int r = 0; r < g_reps; r++) v[r] = pg->pair_bw_floor[i][r];
+  return median(v, g_reps);
+}
+
+static double pair_bw_ratio(const struct db_page *pg, int i) {
+  double v[MAX_REPS];
+  for (int r = 0; r < g_reps; r++) {
+    if (pg->pair_bw_floor[i][r] <= 0 || pg->pair_bw_db[i][r] <= 0) return -1;
+    v[r] = pg->pair_bw_db[i][r] / pg->pair_bw_floor[i][r];
+  }
   return median(v, g_reps);
 }
 
@@ -1212,20 +1300,31 @@ int main(int argc, char **argv) {
   }
 
   if (do_core) {
-    printf("\npaired floors: the bare ping-pong between the configuration's own two pinned processes, run right\n"
-           "  before each latency repetition (median); ratio = median of the per-repetition ratios, floor =\n"
-           "  cache line + size / memcpy (shm) or the bare loopback socket at the same size (tcp)\n");
-    printf("%-22s %9s %9s %9s %9s\n", "", "8 B", "1 KiB", "64 KiB", "1 MiB");
+    printf("\npaired floors: the bare transfer between the configuration's own two pinned processes, run right\n"
+           "  before each repetition (median); ratio = median of the per-repetition ratios.  Latency floor =\n"
+           "  cache line + size / memcpy (shm) or the bare loopback socket at the same size (tcp); bandwidth\n"
+           "  floor = a bare two-slot copy pipeline, one copy per side (shm) or the bare socket stream (tcp)\n");
+    printf("%-22s %9s %9s %9s %9s | %9s %9s %9s\n", "", "8 B", "1 KiB", "64 KiB", "1 MiB", "bw 64 KiB", "1 MiB",
+           "4 MiB");
+    printf("%-22s %9s %9s %9s %9s | %9s %9s %9s\n", "", "us", "us", "us", "us", "GB/s", "GB/s", "GB/s");
     for (int ci = 0; ci < NCONFIG; ci++) {
       const struct config *c = &configs[ci];
       if (!cfg_ok[ci] || c->pair == PAIR_NONE) continue;
       char name[40];
-      snprintf(name, sizeof name, "%s floor (us)", c->name);
+      snprintf(name, sizeof name, "%s floor", c->name);
       printf("%-22s", name);
       for (int i = 0; i < NLAT; i++) printf(" %9.3f", pair_floor_median(&res[ci], i));
+      printf(" |");
+      for (int i = 0; i < NBW; i++) printf(" %9.2f", pair_bw_floor_median(&res[ci], i));
       printf("\n%-22s", "  doorbell / floor");
       for (int i = 0; i < NLAT; i++) {
         double x = pair_extra_us(c, i, mcpy), r = x < 0 ? -1 : pair_ratio(&res[ci], i, x);
+        if (r < 0) printf(" %9s", "-");
+        else printf(" %8.2fx", r);
+      }
+      printf(" |");
+      for (int i = 0; i < NBW; i++) {
+        double r = pair_bw_ratio(&res[ci], i);
         if (r < 0) printf(" %9s", "-");
         else printf(" %8.2fx", r);
       }
@@ -1293,6 +1392,10 @@ int main(int argc, char **argv) {
       else if (tg[i].lat)
         snprintf(line, sizeof line, "%s 8 B latency %.3f us = %.2fx %s (target <= %.1fx)", name, v, ratio,
                  tg[i].floor_name, tg[i].limit);
+      else if (have && configs[tg[i].ci].pair != PAIR_NONE)
+        snprintf(line, sizeof line, "%s 4 MiB bandwidth %.2f GB/s = %.2fx %s (target >= %.1fx; %.2fx the paired "
+                 "two-process copy %.2f GB/s)", name, v, ratio, tg[i].floor_name, tg[i].limit,
+                 pair_bw_ratio(&res[tg[i].ci], tg[i].idx), pair_bw_floor_median(&res[tg[i].ci], tg[i].idx));
       else
         snprintf(line, sizeof line, "%s 4 MiB bandwidth %.2f GB/s = %.2fx %s (target >= %.1fx)", name, v, ratio,
                  tg[i].floor_name, tg[i].limit);
