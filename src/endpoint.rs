@@ -696,7 +696,7 @@ impl Inner {
     }
 
     /// Track a connection and put it in the connection set (edge-triggered:
-    /// whoever reads drains to EWOULDBLOCK).
+    /// whoever reads empties the socket: to EWOULDBLOCK or a short read).
     pub(crate) fn add_conn(&self, c: &Arc<Conn>) -> Result<()> {
         let mut conns = lock(&self.conns);
         sys::epoll_add(self.conn_epoll.as_raw_fd(), c.stream.as_raw_fd(), CONN_EVENTS, c.token).map_err(|_| Error::Network)?;

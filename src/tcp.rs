@@ -1,5 +1,5 @@
 //! One TCP connection: its receive parser (hello, then frames) and its send
-//! queue.  The FLIH thread reads; any thread may send; EPOLLOUT drains.
+//! queue.  A progressing thread reads; any thread may send; EPOLLOUT drains.
 //!
 //! The connection asks its set for EPOLLOUT only while bytes are queued.
 //! Watched always, an ACK that frees send space can be an edge that, with a
