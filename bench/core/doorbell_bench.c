@@ -425,13 +425,23 @@ static double tcp_floor_measure(int fd, char *buf, uint32_t op, size_t size) {
 
 struct tcp_floor { double lat[NLAT], bw[NBW]; };
 
-static int floor_tcp(struct tcp_floor *out) {
+/* A listening socket on a free loopback port; *sa gets its address.  <0 on failure. */
+static int loopback_listener(struct sockaddr_in *sa) {
+  socklen_t sl = sizeof *sa;
+  *sa = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t sl = sizeof sa;
-  if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) || listen(lfd, 1) ||
-      getsockname(lfd, (struct sockaddr *)&sa, &sl))
+  if (lfd < 0) return -1;
+  if (bind(lfd, (struct sockaddr *)sa, sizeof *sa) || listen(lfd, 1) || getsockname(lfd, (struct sockaddr *)sa, &sl)) {
+    close(lfd);
     return -1;
+  }
+  return lfd;
+}
+
+static int floor_tcp(struct tcp_floor *out) {
+  struct sockaddr_in sa;
+  int lfd = loopback_listener(&sa);
+  if (lfd < 0) return -1;
   pid_t parent = getpid(), pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
@@ -814,13 +824,10 @@ static int pair_floor_echo(struct task *t) {
 static int pair_connect(struct task *t) {
   if (t->pair != PAIR_TCP) return 0;
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t sl = sizeof sa;
   double deadline = now_s() + 30;
   if (t->me == 1) {
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) || listen(lfd, 1) ||
-        getsockname(lfd, (struct sockaddr *)&sa, &sl))
-      return -1;
+    int lfd = loopback_listener(&sa);
+    if (lfd < 0) return -1;
     t->pg->pair_port = ntohs(sa.sin_port);
     atomic_store(&t->pg->pair_listening, 1);
     t->pair_fd = accept(lfd, NULL, NULL); /* the child's alarm bounds this */
@@ -1151,35 +1158,20 @@ static void print_machine(void) {
          g_reps, g_rep_s * 1e3);
 }
 
-/* Paired floors: the median floor of latency size i, and the median of the
- * per-repetition ratios figure / (floor + extra_us).  <0: not measured. */
-static double pair_floor_median(const struct db_page *pg, int i) {
+/* Paired floors, per size: the median over the repetitions of one row (a
+ * floor), and the median of the per-repetition ratios fig / (floor + extra)
+ * (latency: extra = the payload's copy time; bandwidth: 0).  <0: not measured. */
+static double median_row(const double *row) {
   double v[MAX_REPS];
-  for (int r = 0; r < g_reps; r++) v[r] = pg->pair_floor[i][r];
+  memcpy(v, row, sizeof(double) * (size_t)g_reps); /* median sorts */
   return median(v, g_reps);
 }
 
-/* Bandwidth: the median bare stream (GB/s) and the median of doorbell / bare. */
-static double pair_bw_floor_median(const struct db_page *pg, int i) {
-  double v[MAX_REPS];
-  for (int r = 0; r < g_reps; r++) v[r] = pg->pair_bw_floor[i][r];
-  return median(v, g_reps);
-}
-
-static double pair_bw_ratio(const struct db_page *pg, int i) {
+static double median_ratio(const double *fig, const double *floor, double extra) {
   double v[MAX_REPS];
   for (int r = 0; r < g_reps; r++) {
-    if (pg->pair_bw_floor[i][r] <= 0 || pg->pair_bw_db[i][r] <= 0) return -1;
-    v[r] = pg->pair_bw_db[i][r] / pg->pair_bw_floor[i][r];
-  }
-  return median(v, g_reps);
-}
-
-static double pair_ratio(const struct db_page *pg, int i, double extra_us) {
-  double v[MAX_REPS];
-  for (int r = 0; r < g_reps; r++) {
-    if (pg->pair_floor[i][r] <= 0 || pg->pair_db[i][r] <= 0) return -1;
-    v[r] = pg->pair_db[i][r] / (pg->pair_floor[i][r] + extra_us);
+    if (floor[r] <= 0 || fig[r] <= 0) return -1;
+    v[r] = fig[r] / (floor[r] + extra);
   }
   return median(v, g_reps);
 }
@@ -1313,18 +1305,18 @@ int main(int argc, char **argv) {
       char name[40];
       snprintf(name, sizeof name, "%s floor", c->name);
       printf("%-22s", name);
-      for (int i = 0; i < NLAT; i++) printf(" %9.3f", pair_floor_median(&res[ci], i));
+      for (int i = 0; i < NLAT; i++) printf(" %9.3f", median_row(res[ci].pair_floor[i]));
       printf(" |");
-      for (int i = 0; i < NBW; i++) printf(" %9.2f", pair_bw_floor_median(&res[ci], i));
+      for (int i = 0; i < NBW; i++) printf(" %9.2f", median_row(res[ci].pair_bw_floor[i]));
       printf("\n%-22s", "  doorbell / floor");
       for (int i = 0; i < NLAT; i++) {
-        double x = pair_extra_us(c, i, mcpy), r = x < 0 ? -1 : pair_ratio(&res[ci], i, x);
+        double x = pair_extra_us(c, i, mcpy), r = x < 0 ? -1 : median_ratio(res[ci].pair_db[i], res[ci].pair_floor[i], x);
         if (r < 0) printf(" %9s", "-");
         else printf(" %8.2fx", r);
       }
       printf(" |");
       for (int i = 0; i < NBW; i++) {
-        double r = pair_bw_ratio(&res[ci], i);
+        double r = median_ratio(res[ci].pair_bw_db[i], res[ci].pair_bw_floor[i], 0);
         if (r < 0) printf(" %9s", "-");
         else printf(" %8.2fx", r);
       }
@@ -1380,8 +1372,9 @@ int main(int argc, char **argv) {
       double unpaired = ratio, pfloor = 0;
       if (have && tg[i].paired) {
         const struct config *c = &configs[tg[i].ci];
-        pfloor = pair_floor_median(&res[tg[i].ci], tg[i].idx);
-        ratio = pair_ratio(&res[tg[i].ci], tg[i].idx, pair_extra_us(c, tg[i].idx, mcpy));
+        const struct db_page *pg = &res[tg[i].ci];
+        pfloor = median_row(pg->pair_floor[tg[i].idx]);
+        ratio = median_ratio(pg->pair_db[tg[i].idx], pg->pair_floor[tg[i].idx], pair_extra_us(c, tg[i].idx, mcpy));
         have = ratio > 0;
       }
       int met = have && (tg[i].lat ? ratio <= tg[i].limit : ratio >= tg[i].limit);
@@ -1395,7 +1388,8 @@ int main(int argc, char **argv) {
       else if (have && configs[tg[i].ci].pair != PAIR_NONE)
         snprintf(line, sizeof line, "%s 4 MiB bandwidth %.2f GB/s = %.2fx %s (target >= %.1fx; %.2fx the paired "
                  "two-process copy %.2f GB/s)", name, v, ratio, tg[i].floor_name, tg[i].limit,
-                 pair_bw_ratio(&res[tg[i].ci], tg[i].idx), pair_bw_floor_median(&res[tg[i].ci], tg[i].idx));
+                 median_ratio(res[tg[i].ci].pair_bw_db[tg[i].idx], res[tg[i].ci].pair_bw_floor[tg[i].idx], 0),
+                 median_row(res[tg[i].ci].pair_bw_floor[tg[i].idx]));
       else
         snprintf(line, sizeof line, "%s 4 MiB bandwidth %.2f GB/s = %.2fx %s (target >= %.1fx)", name, v, ratio,
                  tg[i].floor_name, tg[i].limit);
