@@ -190,27 +190,35 @@ static void child_setup(pid_t parent) {
   alarm(CHILD_ALARM_S);
 }
 
-/* One shared page for the spinning and the futex floors.  `seq` is odd when
- * the parent has pinged, even when the child has answered. */
-struct floor_page {
-  _Alignas(64) _Atomic uint32_t seq;
-  _Alignas(64) _Atomic uint32_t stop;
+/* The futex floor's wake-up protocol.  Each side sleeps on its own bell word,
+ * whose value never changes, so a FUTEX_WAIT on it always goes to sleep; the
+ * message itself is the sequence word.  The waker publishes the sequence
+ * number, then calls FUTEX_WAKE on the peer's bell until it reports a woken
+ * sleeper (FUTEX_WAKE returns the number woken): the peer is then known to
+ * have slept in the kernel and been woken, every hop, with no idle gap.
+ * A plain "check the word, FUTEX_WAIT on it" ping-pong run back to back can
+ * fall into a lockstep where every FUTEX_WAIT returns EAGAIN at once (the word
+ * already changed) and the "floor" is ~0.2 us of syscalls with no wake-up at
+ * all; here that cannot happen, and the counts below show it: every wait
+ * slept, none returned EAGAIN.  In steady state the peer went to sleep long
+ * before the ping (a wake-up takes microseconds), so the waker's first
+ * FUTEX_WAKE succeeds and its retries stay near zero. */
+struct futex_stats {
+  unsigned long waits;        /* FUTEX_WAIT calls */
+  unsigned long slept;        /* ... that slept and were woken (returned 0) */
+  unsigned long eagain;       /* ... that returned at once (EAGAIN: word changed) */
+  unsigned long spurious;     /* woken (0) but no new message */
+  unsigned long wakes;        /* FUTEX_WAKE calls */
+  unsigned long wake_misses;  /* ... that found nobody asleep yet (retried) */
 };
 
-enum floor_kind { FLOOR_SPIN, FLOOR_FUTEX };
-
-static void floor_child(struct floor_page *pg, enum floor_kind kind) {
-  uint32_t last = 0;
-  for (;;) {
-    uint32_t v;
-    while (((v = atomic_load_explicit(&pg->seq, memory_order_acquire)) & 1u) == 0 || v == last) {
-      if (kind == FLOOR_FUTEX) futex_op(&pg->seq, FUTEX_WAIT, v);
-    }
-    if (atomic_load_explicit(&pg->stop, memory_order_relaxed)) _exit(0);
-    last = v + 1;
-    atomic_store_explicit(&pg->seq, last, memory_order_release);
-    if (kind == FLOOR_FUTEX) futex_op(&pg->seq, FUTEX_WAKE, 1); /* unconditional: the floor */
-  }
+static void futex_stats_add(struct futex_stats *a, const struct futex_stats *b) {
+  a->waits += b->waits;
+  a->slept += b->slept;
+  a->eagain += b->eagain;
+  a->spurious += b->spurious;
+  a->wakes += b->wakes;
+  a->wake_misses += b->wake_misses;
 }
 
 /* Has a peer been silent for 10 s?  Checked rarely, off the fast path. */
@@ -220,44 +228,95 @@ static int floor_stuck(unsigned long *spins, double *since) {
   return now_s() - *since > 10;
 }
 
-/* n ping-pongs; returns seconds, <0 if the child stopped answering.
- * Futex kind: before each ping the parent idles FUTEX_GAP_S (not timed), so
- * the child is asleep when the ping comes and the parent is asleep when the
- * pong comes -- two real wake-ups per round trip, as in doorbell's block
- * mode.  Back to back, the two sides can fall into a lockstep where every
- * FUTEX_WAIT returns at once (the word already changed) and the "floor"
- * becomes ~0.2 us of syscalls, which measures no wake-up at all. */
-#define FUTEX_GAP_S 50e-6
-static double floor_pingpong(struct floor_page *pg, enum floor_kind kind, long n, uint32_t *seq) {
-  double t0 = now_s(), idle = 0;
-  for (long i = 0; i < n; i++) {
+/* Sleep on `bell` until `seq` differs from `old`; returns its new value, or
+ * 0 if nothing came for 10 s. */
+static uint32_t futex_await(_Atomic uint32_t *bell, _Atomic uint32_t *seq, uint32_t old, struct futex_stats *st) {
+  int timeouts = 0;
+  for (;;) {
+    long r = futex_op(bell, FUTEX_WAIT, 0);
+    int e = r < 0 ? errno : 0;
+    st->waits++;
+    if (r == 0) st->slept++;
+    else if (e == EAGAIN) st->eagain++;
+    else if (e == ETIMEDOUT && ++timeouts >= 10) return 0;
+    uint32_t v = atomic_load_explicit(seq, memory_order_acquire);
+    if (v != old) return v;
+    if (r == 0) st->spurious++;
+  }
+}
+
+/* Publish `val` in `seq`, then wake the sleeper on `bell`; -1 if nobody
+ * went to sleep there for 10 s. */
+static int futex_ring(_Atomic uint32_t *bell, _Atomic uint32_t *seq, uint32_t val, struct futex_stats *st) {
+  unsigned long spins = 0;
+  double since = 0;
+  atomic_store_explicit(&*seq, val, memory_order_release);
+  for (;;) {
+    long r = futex_op(bell, FUTEX_WAKE, 1);
+    st->wakes++;
+    if (r >= 1) return 0;
+    st->wake_misses++;
+    if (floor_stuck(&spins, &since)) return -1;
+  }
+}
+
+/* One shared page for the spinning and the futex floors.  `seq` is odd when
+ * the parent has pinged, even when the child has answered; bell[0] is the
+ * parent's futex word, bell[1] the child's (futex floor only). */
+struct floor_page {
+  _Alignas(64) _Atomic uint32_t seq;
+  _Alignas(64) _Atomic uint32_t stop;
+  _Alignas(64) _Atomic uint32_t bell[2];
+  struct futex_stats st[2];
+};
+
+enum floor_kind { FLOOR_SPIN, FLOOR_FUTEX };
+
+static void floor_child(struct floor_page *pg, enum floor_kind kind) {
+  uint32_t last = 0;
+  for (;;) {
+    uint32_t v;
     if (kind == FLOOR_FUTEX) {
-      double g0 = now_s();
-      while (now_s() - g0 < FUTEX_GAP_S) {
+      if ((v = futex_await(&pg->bell[1], &pg->seq, last, &pg->st[1])) == 0) _exit(1);
+    } else {
+      while (((v = atomic_load_explicit(&pg->seq, memory_order_acquire)) & 1u) == 0 || v == last) {
       }
-      idle += now_s() - g0;
     }
-    uint32_t ping = *seq + 1, pong = *seq + 2, v;
-    unsigned long spins = 0;
-    double since = 0;
-    int timeouts = 0;
-    atomic_store_explicit(&pg->seq, ping, memory_order_release);
-    if (kind == FLOOR_FUTEX) futex_op(&pg->seq, FUTEX_WAKE, 1);
-    while ((v = atomic_load_explicit(&pg->seq, memory_order_acquire)) != pong) {
-      if (kind == FLOOR_FUTEX) {
-        /* 10 s without an answer: the child is gone or stuck. */
-        if (futex_op(&pg->seq, FUTEX_WAIT, v) < 0 && errno == ETIMEDOUT && ++timeouts >= 10) return -1;
-      } else if (floor_stuck(&spins, &since)) {
+    if (atomic_load_explicit(&pg->stop, memory_order_relaxed)) _exit(0);
+    last = v + 1;
+    if (kind == FLOOR_FUTEX) {
+      if (futex_ring(&pg->bell[0], &pg->seq, last, &pg->st[1])) _exit(1);
+    } else {
+      atomic_store_explicit(&pg->seq, last, memory_order_release);
+    }
+  }
+}
+
+/* n ping-pongs back to back; returns seconds, <0 if the child stopped
+ * answering.  Futex kind: both sides sleep in FUTEX_WAIT every hop (see
+ * futex_ring), as doorbell's block mode does at best. */
+static double floor_pingpong(struct floor_page *pg, enum floor_kind kind, long n, uint32_t *seq) {
+  double t0 = now_s();
+  for (long i = 0; i < n; i++) {
+    uint32_t ping = *seq + 1, pong = *seq + 2;
+    if (kind == FLOOR_FUTEX) {
+      if (futex_ring(&pg->bell[1], &pg->seq, ping, &pg->st[0]) ||
+          futex_await(&pg->bell[0], &pg->seq, ping, &pg->st[0]) != pong)
         return -1;
-      }
+    } else {
+      unsigned long spins = 0;
+      double since = 0;
+      atomic_store_explicit(&pg->seq, ping, memory_order_release);
+      while (atomic_load_explicit(&pg->seq, memory_order_acquire) != pong)
+        if (floor_stuck(&spins, &since)) return -1;
     }
     *seq = pong;
   }
-  return now_s() - t0 - idle;
+  return now_s() - t0;
 }
 
 /* Median one-way latency in microseconds, or -1 on failure. */
-static double floor_shared(enum floor_kind kind) {
+static double floor_shared(enum floor_kind kind, struct futex_stats *st) {
   struct floor_page *pg = shared_map(sizeof *pg);
   pid_t parent = getpid(), pid = fork();
   if (pid < 0) return -1;
@@ -279,10 +338,18 @@ static double floor_shared(enum floor_kind kind) {
     v[r] = t / (double)it / 2 * 1e6;
   }
   atomic_store_explicit(&pg->stop, 1, memory_order_relaxed);
-  atomic_store_explicit(&pg->seq, seq + 1, memory_order_release);
-  if (kind == FLOOR_FUTEX) futex_op(&pg->seq, FUTEX_WAKE, 1);
+  if (kind == FLOOR_FUTEX) {
+    if (ok) futex_ring(&pg->bell[1], &pg->seq, seq + 1, &pg->st[0]);
+  } else {
+    atomic_store_explicit(&pg->seq, seq + 1, memory_order_release);
+  }
   pin_slot(-1);
   if (reap(pid, now_s() + 10)) ok = 0;
+  if (st) {
+    memset(st, 0, sizeof *st);
+    futex_stats_add(st, &pg->st[0]);
+    futex_stats_add(st, &pg->st[1]);
+  }
   munmap(pg, sizeof *pg);
   return ok ? median(v, g_reps) : -1;
 }
@@ -327,7 +394,7 @@ static double floor_memcpy(void) {
 enum { TCMD_PINGPONG = 1, TCMD_STREAM = 2, TCMD_STOP = 3 };
 struct tcmd {
   uint32_t op;
-  uint32_t pad;
+  uint32_t poll; /* 1: both sides receive with recv_spin */
   uint64_t size;
   uint64_t count;
 };
@@ -356,6 +423,33 @@ static int recv_all(int fd, void *buf, size_t len) {
   return 0;
 }
 
+/* The busy-polled receive: non-blocking recv (MSG_DONTWAIT) retried on
+ * EAGAIN, never sleeping -- what a polling transport does at best. */
+static int recv_spin(int fd, void *buf, size_t len) {
+  char *p = buf;
+  unsigned long spins = 0;
+  double since = 0;
+  while (len) {
+    ssize_t k = recv(fd, p, len, MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      /* 10 s of EAGAIN: the peer is gone or stuck (checked rarely) */
+      if ((++spins & 0xffff) == 0) {
+        if (since == 0) since = now_s();
+        else if (now_s() - since > 10) return -1;
+      }
+      continue;
+    }
+    if (k <= 0) return -1;
+    p += k;
+    len -= (size_t)k;
+  }
+  return 0;
+}
+
+static int recv_mode(int fd, void *buf, size_t len, int poll) {
+  return poll ? recv_spin(fd, buf, len) : recv_all(fd, buf, len);
+}
+
 static void set_nodelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -372,7 +466,7 @@ static void tcp_floor_child(int lfd) {
     if (c.op == TCMD_STOP) _exit(0);
     if (c.size > MAX_MSG) _exit(1);
     for (uint64_t i = 0; i < c.count; i++) {
-      if (recv_all(fd, buf, c.size)) _exit(1);
+      if (recv_mode(fd, buf, c.size, (int)c.poll)) _exit(1);
       uint64_t seq;
       memcpy(&seq, buf, sizeof seq);
       if (seq != i) _exit(2); /* the stream lost or reordered bytes */
@@ -386,8 +480,8 @@ static void tcp_floor_child(int lfd) {
 }
 
 /* Returns seconds for `count` ping-pongs / streamed messages, <0 on error. */
-static double tcp_floor_rep(int fd, char *buf, uint32_t op, size_t size, long count) {
-  struct tcmd c = {op, 0, size, (uint64_t)count};
+static double tcp_floor_rep(int fd, char *buf, uint32_t op, size_t size, long count, int poll) {
+  struct tcmd c = {op, (uint32_t)poll, size, (uint64_t)count};
   if (send_all(fd, &c, sizeof c)) return -1;
   double t0 = now_s();
   for (long i = 0; i < count; i++) {
@@ -395,7 +489,7 @@ static double tcp_floor_rep(int fd, char *buf, uint32_t op, size_t size, long co
     memcpy(buf, &seq, sizeof seq);
     if (send_all(fd, buf, size)) return -1;
     if (op == TCMD_PINGPONG) {
-      if (recv_all(fd, buf, size)) return -1;
+      if (recv_mode(fd, buf, size, poll)) return -1;
       memcpy(&seq, buf, sizeof seq);
       if (seq != (uint64_t)i) return -1;
     }
@@ -409,21 +503,22 @@ static double tcp_floor_rep(int fd, char *buf, uint32_t op, size_t size, long co
 
 /* Median over repetitions after calibration; latency (us) for PINGPONG,
  * bandwidth (GB/s) for STREAM.  <0 on error. */
-static double tcp_floor_measure(int fd, char *buf, uint32_t op, size_t size) {
+static double tcp_floor_measure(int fd, char *buf, uint32_t op, size_t size, int poll) {
   long n = 1, lo = op == TCMD_STREAM ? 8 : 20;
   double t;
-  while ((t = tcp_floor_rep(fd, buf, op, size, n)) >= 0 && t < g_warm_s && n < (1L << 20)) n *= 2;
+  while ((t = tcp_floor_rep(fd, buf, op, size, n, poll)) >= 0 && t < g_warm_s && n < (1L << 20)) n *= 2;
   if (t < 0) return -1;
   long it = iters_for(t, n, lo, 1L << 20);
   double v[MAX_REPS];
   for (int r = 0; r < g_reps; r++) {
-    if ((t = tcp_floor_rep(fd, buf, op, size, it)) < 0) return -1;
+    if ((t = tcp_floor_rep(fd, buf, op, size, it, poll)) < 0) return -1;
     v[r] = op == TCMD_PINGPONG ? t / (double)it / 2 * 1e6 : (double)size * (double)it / t / 1e9;
   }
   return median(v, g_reps);
 }
 
-struct tcp_floor { double lat[NLAT], bw[NBW]; };
+/* lat: blocking recv; lat_poll: busy-polled recv_spin on both sides. */
+struct tcp_floor { double lat[NLAT], lat_poll[NLAT], bw[NBW]; };
 
 /* A listening socket on a free loopback port; *sa gets its address.  <0 on failure. */
 static int loopback_listener(struct sockaddr_in *sa) {
@@ -457,9 +552,11 @@ static int floor_tcp(struct tcp_floor *out) {
   if (rc == 0) {
     set_nodelay(fd);
     for (int i = 0; i < NLAT && rc == 0; i++)
-      if ((out->lat[i] = tcp_floor_measure(fd, buf, TCMD_PINGPONG, lat_sizes[i])) < 0) rc = -1;
+      if ((out->lat[i] = tcp_floor_measure(fd, buf, TCMD_PINGPONG, lat_sizes[i], 0)) < 0) rc = -1;
+    for (int i = 0; i < NLAT && rc == 0; i++)
+      if ((out->lat_poll[i] = tcp_floor_measure(fd, buf, TCMD_PINGPONG, lat_sizes[i], 1)) < 0) rc = -1;
     for (int i = 0; i < NBW && rc == 0; i++)
-      if ((out->bw[i] = tcp_floor_measure(fd, buf, TCMD_STREAM, bw_sizes[i])) < 0) rc = -1;
+      if ((out->bw[i] = tcp_floor_measure(fd, buf, TCMD_STREAM, bw_sizes[i], 0)) < 0) rc = -1;
     struct tcmd stop = {TCMD_STOP, 0, 0, 0};
     send_all(fd, &stop, sizeof stop);
   }
@@ -486,16 +583,20 @@ struct config {
  * TCP 40 us or 180 us), so a figure and a floor taken minutes apart can come
  * from different machines.  The pair's own two processes therefore run the
  * bare floor right before every latency repetition, on the same pinned CPUs,
- * and the ratio is the median of the per-repetition ratios.  Block mode
- * keeps the start/end futex floor only: its floor needs the idle gap (see
- * floor_pingpong) that a doorbell ping-pong does not have. */
-enum { PAIR_NONE = 0, PAIR_SPIN = 1, PAIR_TCP = 2 };
+ * and the ratio is the median of the per-repetition ratios.  Each mode
+ * gets the floor of its own way of waiting: a spinning cache line (shm poll,
+ * adaptive), a gap-free futex ping-pong where both sides sleep every hop
+ * (shm block, see futex_ring), a busy-polled non-blocking socket (tcp poll)
+ * and a blocking socket (tcp block). */
+enum { PAIR_NONE = 0, PAIR_SPIN = 1, PAIR_TCP = 2, PAIR_FUTEX = 3, PAIR_TCP_POLL = 4 };
+static int pair_is_tcp(int p) { return p == PAIR_TCP || p == PAIR_TCP_POLL; }
+static int pair_is_shm(int p) { return p == PAIR_SPIN || p == PAIR_FUTEX; }
 
 static const struct config configs[] = {
     {"shm poll", 0, DOORBELL_WAIT_POLL, PAIR_SPIN},
-    {"shm block", 0, DOORBELL_WAIT_BLOCK, PAIR_NONE},
+    {"shm block", 0, DOORBELL_WAIT_BLOCK, PAIR_FUTEX},
     {"shm adaptive", 0, DOORBELL_WAIT_ADAPTIVE, PAIR_SPIN},
-    {"tcp poll", 1, DOORBELL_WAIT_POLL, PAIR_TCP},
+    {"tcp poll", 1, DOORBELL_WAIT_POLL, PAIR_TCP_POLL},
     {"tcp block", 1, DOORBELL_WAIT_BLOCK, PAIR_TCP},
 };
 #define NCONFIG (int)(sizeof configs / sizeof configs[0])
@@ -519,8 +620,16 @@ struct db_page {
   _Alignas(64) _Atomic uint32_t pair_full[2][16];
   int pair_port;                      /* PAIR_TCP: task 1's loopback listener */
   _Atomic uint32_t pair_listening;
-  _Alignas(64) _Atomic uint32_t pair_seq; /* PAIR_SPIN: the ping-pong word, alone on its line */
+  _Alignas(64) _Atomic uint32_t pair_seq; /* PAIR_SPIN/FUTEX: the ping-pong word, alone on its line */
   char pair_line_end[60];
+  _Alignas(64) _Atomic uint32_t pair_bell[2]; /* PAIR_FUTEX: each task's futex word (never changes) */
+  struct futex_stats pair_fx[2];      /* PAIR_FUTEX: each task's waits and wakes */
+  /* Did doorbell sleep?  Task 0's wakeups and round trips over the timed
+   * latency repetitions, per size; task 1's wakeups counter at each floor
+   * command it took (the latency commands come first, g_reps per size). */
+  uint64_t lat_wakeups[NLAT], lat_rounds[NLAT];
+  uint64_t resp_wakeups[(NLAT + NBW) * MAX_REPS + 1];
+  int resp_nfloor;
 };
 
 /* Per-task receive state, filled by the callback.  Every message is copied
@@ -702,6 +811,21 @@ static int page_barrier(struct db_page *pg, uint32_t *gen) {
 /* One side of the bare rounds.  Initiator: ping then wait for the pong;
  * responder: wait for the ping, then pong.  Returns 0, or -1 on failure. */
 static int pair_round(struct task *t, uint8_t *buf, size_t size, uint64_t i) {
+  if (t->pair == PAIR_FUTEX) {
+    uint32_t ping = t->pair_seq + 1, pong = t->pair_seq + 2;
+    struct db_page *pg = t->pg;
+    struct futex_stats *st = &pg->pair_fx[t->me];
+    if (t->me == 0) {
+      if (futex_ring(&pg->pair_bell[1], &pg->pair_seq, ping, st) ||
+          futex_await(&pg->pair_bell[0], &pg->pair_seq, ping, st) != pong)
+        return -1;
+    } else if (futex_await(&pg->pair_bell[1], &pg->pair_seq, t->pair_seq, st) != ping ||
+               futex_ring(&pg->pair_bell[0], &pg->pair_seq, pong, st)) {
+      return -1;
+    }
+    t->pair_seq = pong;
+    return 0;
+  }
   if (t->pair == PAIR_SPIN) {
     uint32_t ping = t->pair_seq + 1, pong = t->pair_seq + 2, want = t->me == 0 ? pong : ping;
     unsigned long spins = 0;
@@ -714,11 +838,12 @@ static int pair_round(struct task *t, uint8_t *buf, size_t size, uint64_t i) {
     return 0;
   }
   uint64_t seq;
+  int poll = t->pair == PAIR_TCP_POLL;
   if (t->me == 0) {
     memcpy(buf, &i, sizeof i);
-    if (send_all(t->pair_fd, buf, size) || recv_all(t->pair_fd, buf, size)) return -1;
+    if (send_all(t->pair_fd, buf, size) || recv_mode(t->pair_fd, buf, size, poll)) return -1;
   } else {
-    if (recv_all(t->pair_fd, buf, size)) return -1;
+    if (recv_mode(t->pair_fd, buf, size, poll)) return -1;
     if (send_all(t->pair_fd, buf, size)) return -1;
   }
   memcpy(&seq, buf, sizeof seq);
@@ -765,7 +890,7 @@ static double pair_stream_rep(struct task *t, size_t size, long n) {
   char ack = 0;
   for (long i = 0; i < n; i++) {
     stamp(t->buf, size, (uint64_t)i);
-    if (t->pair == PAIR_SPIN) {
+    if (pair_is_shm(t->pair)) {
       int slot = (int)(i & 1);
       if (pair_slot_wait(t, slot, 0)) return -1;
       memcpy(g_pair_buf + (size_t)slot * MAX_MSG, t->buf, size);
@@ -774,8 +899,8 @@ static double pair_stream_rep(struct task *t, size_t size, long n) {
       return -1;
     }
   }
-  if (t->pair == PAIR_SPIN ? pair_slot_wait(t, 0, 0) || pair_slot_wait(t, 1, 0)
-                           : recv_all(t->pair_fd, &ack, 1) || ack != 'A')
+  if (pair_is_shm(t->pair) ? pair_slot_wait(t, 0, 0) || pair_slot_wait(t, 1, 0)
+                           : recv_mode(t->pair_fd, &ack, 1, t->pair == PAIR_TCP_POLL) || ack != 'A')
     return -1;
   return (double)size * (double)n / (now_s() - t0) / 1e9;
 }
@@ -783,23 +908,26 @@ static double pair_stream_rep(struct task *t, size_t size, long n) {
 /* Responder side of pair_stream_rep: take `count` messages, check each. */
 static int pair_stream_take(struct task *t, size_t size, uint64_t count) {
   for (uint64_t i = 0; i < count; i++) {
-    if (t->pair == PAIR_SPIN) {
+    if (pair_is_shm(t->pair)) {
       int slot = (int)(i & 1);
       if (pair_slot_wait(t, slot, 1)) return -1;
       memcpy(t->rx.dst, g_pair_buf + (size_t)slot * MAX_MSG, size);
       atomic_store_explicit(&t->pg->pair_full[slot][0], 0, memory_order_release);
-    } else if (recv_all(t->pair_fd, t->rx.dst, size)) {
+    } else if (recv_mode(t->pair_fd, t->rx.dst, size, t->pair == PAIR_TCP_POLL)) {
       return -1;
     }
     if (get_u64(t->rx.dst, 8) != i || get_u64(t->rx.dst + size - 8, 8) != i) return -1;
   }
-  return t->pair == PAIR_TCP ? send_all(t->pair_fd, "A", 1) : 0;
+  return pair_is_tcp(t->pair) ? send_all(t->pair_fd, "A", 1) : 0;
 }
 
 /* Responder: echo the rounds (or take the stream) a TAG_FLOOR asked for. */
 static int pair_floor_echo(struct task *t) {
   struct rx *s = &t->rx;
   s->got_floor = 0;
+  doorbell_counters k; /* outside any timed part: the initiator waits for round 0 */
+  if (t->pg->resp_nfloor < (NLAT + NBW) * MAX_REPS + 1 && doorbell_counters_get(t->ep, &k) == 0)
+    t->pg->resp_wakeups[t->pg->resp_nfloor++] = k.wakeups;
   if (t->pair == PAIR_NONE || s->floor_size < 8 || s->floor_size > MAX_MSG) {
     snprintf(t->err, sizeof t->err, "[%s] unexpected floor command", t->phase);
     return -1;
@@ -822,7 +950,7 @@ static int pair_floor_echo(struct task *t) {
 /* PAIR_TCP: task 1 listens on loopback, task 0 connects (blocking socket,
  * TCP_NODELAY: the bare floor's own settings). */
 static int pair_connect(struct task *t) {
-  if (t->pair != PAIR_TCP) return 0;
+  if (!pair_is_tcp(t->pair)) return 0;
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   double deadline = now_s() + 30;
   if (t->me == 1) {
@@ -894,7 +1022,12 @@ static int initiator(struct task *t) {
     long it = iters_for(s, n, 20, 1L << 22);
     for (int r = 0; r < g_reps; r++) {
       if (t->pair != PAIR_NONE && (t->pg->pair_floor[i][r] = pair_floor_rep(t, lat_sizes[i], it)) < 0) return -1;
+      doorbell_counters k0, k1; /* read outside the timed part */
+      if (doorbell_counters_get(t->ep, &k0)) memset(&k0, 0, sizeof k0);
       if ((s = db_pingpong(t, lat_sizes[i], it, &seq)) < 0) return -1;
+      if (doorbell_counters_get(t->ep, &k1)) k1 = k0;
+      t->pg->lat_wakeups[i] += k1.wakeups - k0.wakeups;
+      t->pg->lat_rounds[i] += (uint64_t)it;
       v[r] = t->pg->pair_db[i][r] = s / (double)it / 2 * 1e6;
     }
     t->pg->lat[i] = median(v, g_reps);
@@ -1026,7 +1159,7 @@ static void run_task(struct db_page *pg, const struct config *c, uint32_t me, co
 static int run_config(int ci, struct db_page *out, char *why, size_t whylen) {
   const struct config *c = &configs[ci];
   struct db_page *pg = shared_map(sizeof *pg);
-  g_pair_buf = c->pair == PAIR_SPIN ? shared_map(2 * (size_t)MAX_MSG) : NULL;
+  g_pair_buf = pair_is_shm(c->pair) ? shared_map(2 * (size_t)MAX_MSG) : NULL;
   char job[41];
   snprintf(job, sizeof job, "dbbench%d_%d", (int)getpid(), ci);
   pid_t pid[2], parent = getpid();
@@ -1115,15 +1248,21 @@ struct floors {
 
 static void measure_floors(struct floors *f, const char *when) {
   memset(f, 0, sizeof *f);
-  f->spin = floor_shared(FLOOR_SPIN);
+  struct futex_stats fx;
+  f->spin = floor_shared(FLOOR_SPIN, NULL);
   result_line(f->spin > 0, "floor cache-line ping-pong (%s): %.3f us one-way", when, f->spin);
-  f->futex = floor_shared(FLOOR_FUTEX);
-  result_line(f->futex > 0, "floor futex ping-pong, shared not private (%s): %.2f us one-way", when, f->futex);
+  f->futex = floor_shared(FLOOR_FUTEX, &fx);
+  /* A futex floor whose waits did not all sleep measured no wake-up: fail it. */
+  result_line(f->futex > 0 && fx.eagain == 0 && fx.slept + fx.spurious >= fx.waits,
+              "floor futex ping-pong, gap-free, shared not private (%s): %.2f us one-way; %lu of %lu FUTEX_WAITs "
+              "slept (%lu EAGAIN, %lu spurious), %lu of %lu FUTEX_WAKEs found the peer not yet asleep",
+              when, f->futex, fx.slept, fx.waits, fx.eagain, fx.spurious, fx.wake_misses, fx.wakes);
   f->mcpy = floor_memcpy();
   result_line(f->mcpy > 0, "floor memcpy 4 MiB (%s): %.2f GB/s", when, f->mcpy);
   f->tcp_ok = floor_tcp(&f->tcp) == 0;
-  result_line(f->tcp_ok, "floor loopback TCP ping-pong, TCP_NODELAY, blocking recv (%s): %.2f us one-way at 8 B",
-              when, f->tcp_ok ? f->tcp.lat[0] : -1.0);
+  result_line(f->tcp_ok, "floor loopback TCP ping-pong, TCP_NODELAY (%s): blocking recv %.2f us, busy-polled "
+              "MSG_DONTWAIT recv %.2f us one-way at 8 B", when, f->tcp_ok ? f->tcp.lat[0] : -1.0,
+              f->tcp_ok ? f->tcp.lat_poll[0] : -1.0);
 }
 
 /* The better of two passes, per figure (a floor is the best the machine
@@ -1135,9 +1274,12 @@ static void print_floor_row(const char *name, const struct floors *f) {
   printf("%-22s %9.3f %9s %9s %9s | %9s %9s %9.2f   (cache line, memcpy)\n", name, f->spin, "", "", "", "", "",
          f->mcpy);
   printf("%-22s %9.2f %9s %9s %9s | %9s %9s %9s   (futex)\n", "", f->futex, "", "", "", "", "", "");
-  if (f->tcp_ok)
-    printf("%-22s %9.2f %9.2f %9.2f %9.2f | %9.2f %9.2f %9.2f   (bare TCP)\n", "", f->tcp.lat[0], f->tcp.lat[1],
-           f->tcp.lat[2], f->tcp.lat[3], f->tcp.bw[0], f->tcp.bw[1], f->tcp.bw[2]);
+  if (f->tcp_ok) {
+    printf("%-22s %9.2f %9.2f %9.2f %9.2f | %9.2f %9.2f %9.2f   (bare TCP, blocking)\n", "", f->tcp.lat[0],
+           f->tcp.lat[1], f->tcp.lat[2], f->tcp.lat[3], f->tcp.bw[0], f->tcp.bw[1], f->tcp.bw[2]);
+    printf("%-22s %9.2f %9.2f %9.2f %9.2f | %9s %9s %9s   (bare TCP, busy-polled)\n", "", f->tcp.lat_poll[0],
+           f->tcp.lat_poll[1], f->tcp.lat_poll[2], f->tcp.lat_poll[3], "", "", "");
+  }
 }
 
 static void print_machine(void) {
@@ -1179,7 +1321,7 @@ static double median_ratio(const double *fig, const double *floor, double extra)
 /* What a paired shm floor adds for the payload: one copy at memcpy speed.
  * Unknown (<0) without a memcpy floor, except at 8 B where it is nil. */
 static double pair_extra_us(const struct config *c, int i, double mcpy) {
-  if (c->pair != PAIR_SPIN) return 0;
+  if (!pair_is_shm(c->pair)) return 0;
   if (mcpy > 0) return (double)lat_sizes[i] / (mcpy * 1e3);
   return i == 0 ? 0 : -1;
 }
@@ -1242,6 +1384,7 @@ int main(int argc, char **argv) {
   int tcp_ok = f1.tcp_ok && f2.tcp_ok;
   struct tcp_floor tf;
   for (int i = 0; i < NLAT; i++) tf.lat[i] = best_lat(f1.tcp.lat[i], f2.tcp.lat[i]);
+  for (int i = 0; i < NLAT; i++) tf.lat_poll[i] = best_lat(f1.tcp.lat_poll[i], f2.tcp.lat_poll[i]);
   for (int i = 0; i < NBW; i++) tf.bw[i] = best_bw(f1.tcp.bw[i], f2.tcp.bw[i]);
 
   /* ---- tables */
@@ -1271,8 +1414,9 @@ int main(int argc, char **argv) {
    * socket at the same size. */
   if (do_floors && do_core && spin > 0 && futex > 0 && mcpy > 0 && tcp_ok) {
     printf("\nratio to floor (latency: lower is better; bandwidth: higher is better)\n"
-           "  floors: shm latency = cache-line (poll, adaptive) or futex (block) one-way + size / memcpy;\n"
-           "          shm bandwidth = memcpy; tcp = the bare socket at the same size\n");
+           "  floors: shm latency = cache-line (poll, adaptive) or gap-free futex (block) one-way + size / memcpy;\n"
+           "          shm bandwidth = memcpy; tcp = the bare socket at the same size, busy-polled (poll)\n"
+           "          or blocking (block)\n");
     printf("%-22s %9s %9s %9s %9s | %9s %9s %9s\n", "", "8 B", "1 KiB", "64 KiB", "1 MiB", "bw 64 KiB",
            "1 MiB", "4 MiB");
     for (int ci = 0; ci < NCONFIG; ci++) {
@@ -1280,7 +1424,7 @@ int main(int argc, char **argv) {
       const struct config *c = &configs[ci];
       double r[NLAT + NBW];
       for (int i = 0; i < NLAT; i++) {
-        double fl = c->tcp ? tf.lat[i]
+        double fl = c->tcp ? (c->mode == DOORBELL_WAIT_POLL ? tf.lat_poll[i] : tf.lat[i])
                            : (c->mode == DOORBELL_WAIT_BLOCK ? futex : spin) + (double)lat_sizes[i] / (mcpy * 1e3);
         r[i] = res[ci].lat[i] / fl;
       }
@@ -1294,8 +1438,10 @@ int main(int argc, char **argv) {
   if (do_core) {
     printf("\npaired floors: the bare transfer between the configuration's own two pinned processes, run right\n"
            "  before each repetition (median); ratio = median of the per-repetition ratios.  Latency floor =\n"
-           "  cache line + size / memcpy (shm) or the bare loopback socket at the same size (tcp); bandwidth\n"
-           "  floor = a bare two-slot copy pipeline, one copy per side (shm) or the bare socket stream (tcp)\n");
+           "  size / memcpy + the mode's bare wake-up: a spinning cache line (shm poll, adaptive), a gap-free\n"
+           "  futex ping-pong that sleeps every hop (shm block); or the bare loopback socket at the same size,\n"
+           "  busy-polled with MSG_DONTWAIT (tcp poll) or blocking (tcp block).  Bandwidth floor = a bare\n"
+           "  two-slot copy pipeline, one copy per side (shm) or the bare socket stream (tcp)\n");
     printf("%-22s %9s %9s %9s %9s | %9s %9s %9s\n", "", "8 B", "1 KiB", "64 KiB", "1 MiB", "bw 64 KiB", "1 MiB",
            "4 MiB");
     printf("%-22s %9s %9s %9s %9s | %9s %9s %9s\n", "", "us", "us", "us", "us", "GB/s", "GB/s", "GB/s");
@@ -1321,6 +1467,26 @@ int main(int argc, char **argv) {
         else printf(" %8.2fx", r);
       }
       printf("\n");
+    }
+    /* Block mode: did both sides really sleep, in the floor and in doorbell? */
+    for (int ci = 0; ci < NCONFIG; ci++) {
+      const struct config *c = &configs[ci];
+      const struct db_page *pg = &res[ci];
+      if (!cfg_ok[ci] || c->pair != PAIR_FUTEX) continue;
+      struct futex_stats fx = pg->pair_fx[0];
+      futex_stats_add(&fx, &pg->pair_fx[1]);
+      printf("%s paired futex floor: %lu of %lu FUTEX_WAITs slept (%lu EAGAIN, %lu spurious); %lu of %lu "
+             "FUTEX_WAKEs found the peer not yet asleep (the untimed first round of a repetition)\n",
+             c->name, fx.slept, fx.waits, fx.eagain, fx.spurious, fx.wake_misses, fx.wakes);
+      for (int i = 0; i < NLAT; i++) {
+        int a = i * g_reps, b = a + g_reps;
+        char resp[64] = "?";
+        if (b < pg->resp_nfloor)
+          snprintf(resp, sizeof resp, "%llu", (unsigned long long)(pg->resp_wakeups[b] - pg->resp_wakeups[a]));
+        printf("%s doorbell %zu B, timed round trips %llu: initiator slept %llu times, responder %s "
+               "(incl. <= %d waits for floor commands)\n", c->name, lat_sizes[i],
+               (unsigned long long)pg->lat_rounds[i], (unsigned long long)pg->lat_wakeups[i], resp, g_reps);
+      }
     }
   }
 
@@ -1356,12 +1522,12 @@ int main(int argc, char **argv) {
       int paired;  /* judged against the paired floor (start/end ratio shown beside it) */
     } tg[] = {
         {0, 1, 0, spin, 3.0, "cache-line floor", 1},
-        {1, 1, 0, futex, 1.5, "futex floor", 0},
+        {1, 1, 0, futex, 1.5, "gap-free futex floor", 1},
         {0, 0, 2, mcpy, 0.5, "memcpy", 0},
         {1, 0, 2, mcpy, 0.5, "memcpy", 0},
         {2, 0, 2, mcpy, 0.5, "memcpy", 0},
-        {3, 1, 0, tf.lat[0], 1.3, "bare TCP", 1},
-        {4, 1, 0, tf.lat[0], 1.3, "bare TCP", 1},
+        {3, 1, 0, tf.lat_poll[0], 1.3, "busy-polled TCP", 1},
+        {4, 1, 0, tf.lat[0], 1.3, "blocking TCP", 1},
     };
     for (size_t i = 0; i < sizeof tg / sizeof tg[0]; i++) {
       const char *name = configs[tg[i].ci].name;
