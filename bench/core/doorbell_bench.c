@@ -1255,7 +1255,7 @@ static void measure_floors(struct floors *f, const char *when) {
   /* A futex floor whose waits did not all sleep measured no wake-up: fail it. */
   result_line(f->futex > 0 && fx.eagain == 0 && fx.slept + fx.spurious >= fx.waits,
               "floor futex ping-pong, gap-free, shared not private (%s): %.2f us one-way; %lu of %lu FUTEX_WAITs "
-              "slept (%lu EAGAIN, %lu spurious), %lu of %lu FUTEX_WAKEs found the peer not yet asleep",
+              "slept (%lu EAGAIN, %lu spurious), %lu of %lu FUTEX_WAKEs found the peer not yet asleep (retried)",
               when, f->futex, fx.slept, fx.waits, fx.eagain, fx.spurious, fx.wake_misses, fx.wakes);
   f->mcpy = floor_memcpy();
   result_line(f->mcpy > 0, "floor memcpy 4 MiB (%s): %.2f GB/s", when, f->mcpy);
@@ -1476,7 +1476,7 @@ int main(int argc, char **argv) {
       struct futex_stats fx = pg->pair_fx[0];
       futex_stats_add(&fx, &pg->pair_fx[1]);
       printf("%s paired futex floor: %lu of %lu FUTEX_WAITs slept (%lu EAGAIN, %lu spurious); %lu of %lu "
-             "FUTEX_WAKEs found the peer not yet asleep (the untimed first round of a repetition)\n",
+             "FUTEX_WAKEs found the peer not yet asleep and were retried (it was still returning from its own wake call)\n",
              c->name, fx.slept, fx.waits, fx.eagain, fx.spurious, fx.wake_misses, fx.wakes);
       for (int i = 0; i < NLAT; i++) {
         int a = i * g_reps, b = a + g_reps;
