@@ -200,9 +200,10 @@ static void child_setup(pid_t parent) {
  * fall into a lockstep where every FUTEX_WAIT returns EAGAIN at once (the word
  * already changed) and the "floor" is ~0.2 us of syscalls with no wake-up at
  * all; here that cannot happen, and the counts below show it: every wait
- * slept, none returned EAGAIN.  In steady state the peer went to sleep long
- * before the ping (a wake-up takes microseconds), so the waker's first
- * FUTEX_WAKE succeeds and its retries stay near zero. */
+ * slept, none returned EAGAIN.  The price: when the peer is still on its way
+ * into FUTEX_WAIT (on this VM, often still returning from its own FUTEX_WAKE
+ * call), the waker retries until it is asleep -- a hop cannot include a real
+ * sleep any sooner.  The retries are counted and printed (1-19 per hop here). */
 struct futex_stats {
   unsigned long waits;        /* FUTEX_WAIT calls */
   unsigned long slept;        /* ... that slept and were woken (returned 0) */
