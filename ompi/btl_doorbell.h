@@ -62,6 +62,15 @@ typedef struct mca_btl_doorbell_component_t {
 
 OPAL_MODULE_DECLSPEC extern mca_btl_doorbell_component_t mca_btl_doorbell_component;
 
+/* Adaptive mode: does spinning pay on a path?  See btl_doorbell_idle.c. */
+typedef struct {
+    unsigned int misses;     /* consecutive waits that spun in vain, then slept */
+    bool short_spin;         /* spinning does not pay here: sleep at once */
+    unsigned int probe_gap;  /* waits between two full-spin probes */
+    unsigned int until_probe;
+    uint64_t spins_paid, spins_vain, probes;  /* for the verbose report */
+} mca_btl_doorbell_spin_learner_t;
+
 typedef struct mca_btl_doorbell_module_t {
     mca_btl_base_module_t super;
 
@@ -93,15 +102,25 @@ typedef struct mca_btl_doorbell_module_t {
     opal_list_t pending_endpoints;
     volatile int32_t npending;
 
-    /* ---- progress / sleep state ---- */
-    volatile int32_t progress_busy;   /* one progress at a time */
+    /* ---- progress / sleep state (btl_doorbell_idle.c) ---- */
+    volatile int32_t progress_busy;   /* one progress (or sleep) at a time */
     volatile int32_t send_activity;   /* set by senders, consumed by progress */
-    uint64_t last_call_ns;            /* end of the previous progress call */
-    uint64_t last_event_ns;           /* last delivery, completion or send */
+    uint64_t progress_calls;          /* our progress callback's calls */
+    uint64_t idle_mark;               /* progress_calls at the last idle point */
+    uint64_t last_idle_ns;            /* time of the last idle point */
+    uint64_t run_serial;              /* the blocking MPI call this run belongs to */
+    uint64_t idle_since_ns;           /* start of this idle run; 0: not idle */
+    uint64_t spin_ns;                 /* this idle run's spin before sleeping */
+    int spin_path;                    /* path whose spin budget this run uses */
+    bool probing;                     /* this run spins the full budget to re-learn */
     bool sleep_checked;               /* other BTLs inspected */
     bool sleep_allowed;               /* false if another BTL needs our progress loop */
     bool finalizing;
     unsigned int idle_sleeps;         /* consecutive idle sleeps: the next is 2^n times longer */
+    unsigned int paths_seen;          /* bit 1: a shm peer, bit 2: a tcp peer */
+    int last_path;                    /* path of the last message delivered */
+    uint64_t rx_shm, rx_tcp;          /* core counters at the last wait's end */
+    mca_btl_doorbell_spin_learner_t learner[3]; /* per path (1 shm, 2 tcp) */
 
     /* glue-side counters for the verbose report */
     uint64_t sleeps;
@@ -151,7 +170,24 @@ void mca_btl_doorbell_recv_cb(void *ctx, uint32_t task, uint32_t window, uint8_t
 /* A peer's process is gone (core reported PEER_LOST for `task`). */
 void mca_btl_doorbell_peer_lost(mca_btl_doorbell_module_t *module, uint32_t task);
 
+/* ---- the idle point (btl_doorbell_idle.c) ---- */
+
+/* Hook Open MPI's idle point (and request completions by other threads);
+ * false if this Open MPI offers no such point (then the rank polls). */
+bool mca_btl_doorbell_idle_install(void);
+void mca_btl_doorbell_idle_uninstall(void);
+/* From the progress callback: called each pass; `events` > 0 if it did work. */
+void mca_btl_doorbell_idle_note_pass(mca_btl_doorbell_module_t *module, int events);
+/* Module init: reset the sleep state. */
+void mca_btl_doorbell_idle_reset(mca_btl_doorbell_module_t *module);
+
 /* ---- component helpers (btl_doorbell_component.c) ---- */
+
+/* May this rank sleep at all?  Not if another BTL (not self) is active:
+ * its traffic moves only while opal_progress spins. */
+void mca_btl_doorbell_check_sleep_allowed(mca_btl_doorbell_module_t *module);
+/* A core error from progress or wait: a lost peer, or a report. */
+void mca_btl_doorbell_core_error(mca_btl_doorbell_module_t *module, int rc, const doorbell_wake *wake);
 
 /* Show a help topic from help-mpi-btl-doorbell.txt, rendered in this process
  * and written to stderr.  (Not opal_show_help: in Open MPI 4.1.4 an

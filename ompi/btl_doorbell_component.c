@@ -1,17 +1,9 @@
 /* btl_doorbell_component.c -- parameters, open/close, init, progress.
  *
- * The progress function is where a rank decides to sleep.  Open MPI 4.1
- * cannot tell MPI_Wait from MPI_Test (both just call opal_progress), so the
- * decision is a heuristic on call spacing:
- *   - back-to-back calls (< 10 us apart) that found nothing for spin_us
- *     mean "someone is waiting": sleep in doorbell_wait, bounded because
- *     MPI_Init/Finalize, libnbc and ob1's pending queues need progress
- *     calls that no doorbell event announces.  The first sleep lasts
- *     MCA_BTL_DOORBELL_FIRST_SLEEP_US; each one that times out with nothing
- *     done doubles the next, up to sleep_max_us, so a long wait costs
- *     almost no CPU while a short one is not held up;
- *   - widely spaced calls mean "MPI_Test between compute chunks": never
- *     sleep, so the caller is never held up.
+ * The progress callback only polls: it delivers what arrived, runs
+ * completions and retries queued sends.  Whether a rank sleeps is decided
+ * at Open MPI's idle point, after every other progress source had its turn
+ * (btl_doorbell_idle.c).
  */
 #include "opal_config.h"
 
@@ -416,6 +408,8 @@ static int doorbell_component_close(void)
 {
     mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
 
+    /* before this .so can be unloaded: no slot may point into it */
+    mca_btl_doorbell_idle_uninstall();
     if (c->output >= 0) {
         opal_output_close(c->output);
         c->output = -1;
@@ -619,6 +613,11 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
     }
     modules[0] = &mca_btl_doorbell_module.super;
     c->module = &mca_btl_doorbell_module;
+    if (DOORBELL_WAIT_POLL != c->wait_mode && !mca_btl_doorbell_idle_install()) {
+        opal_output_verbose(1, c->output,
+                            "btl doorbell: cannot hook Open MPI's idle point (sched_yield in "
+                            "libopen-pal); this rank polls instead of sleeping");
+    }
     *num_btls = 1;
     return modules;
 }
@@ -648,7 +647,7 @@ void mca_btl_doorbell_recv_cb(void *ctx, uint32_t task, uint32_t window, uint8_t
 /* Another BTL's traffic only moves when opal_progress spins, so sleeping
  * here would starve it: allow sleeps only if every other BTL module is
  * "self" (which has no progress function of its own). */
-static void check_sleep_allowed(mca_btl_doorbell_module_t *module)
+void mca_btl_doorbell_check_sleep_allowed(mca_btl_doorbell_module_t *module)
 {
     mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
     mca_btl_base_selected_module_t *sm;
@@ -670,7 +669,7 @@ static void check_sleep_allowed(mca_btl_doorbell_module_t *module)
     module->sleep_checked = true;
 }
 
-static void handle_core_error(mca_btl_doorbell_module_t *module, int rc, const doorbell_wake *wake)
+void mca_btl_doorbell_core_error(mca_btl_doorbell_module_t *module, int rc, const doorbell_wake *wake)
 {
     static int reported = 0;
 
@@ -687,40 +686,18 @@ static void handle_core_error(mca_btl_doorbell_module_t *module, int rc, const d
     }
 }
 
-static inline bool should_sleep(mca_btl_doorbell_module_t *module, uint64_t now)
-{
-    mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
-
-    if (DOORBELL_WAIT_POLL == c->wait_mode || module->finalizing) {
-        return false;
-    }
-    if (OPAL_UNLIKELY(!module->sleep_checked)) {
-        check_sleep_allowed(module);
-    }
-    if (!module->sleep_allowed || module->ncompleted || module->npending) {
-        return false;
-    }
-    if (DOORBELL_WAIT_BLOCK == c->wait_mode) {
-        return true;
-    }
-    /* adaptive */
-    return now - module->last_call_ns < MCA_BTL_DOORBELL_BACK_TO_BACK_NS &&
-           now - module->last_event_ns >= (uint64_t) c->spin_us * 1000ull;
-}
-
 static int doorbell_component_progress(void)
 {
     mca_btl_doorbell_module_t *module = mca_btl_doorbell_component.module;
     doorbell_wake wake = {0, 0};
-    uint64_t now;
     int count = 0, rc;
 
     if (OPAL_UNLIKELY(NULL == module || NULL == module->core)) {
         return 0;
     }
-    /* The core progresses a window from one thread at a time, and the sleep
-     * bookkeeping below is single-threaded too.  Without threads there is
-     * no other caller, and the locked swap (on every poll) is skipped. */
+    /* The core progresses a window from one thread at a time, and so does
+     * the idle point's bookkeeping.  Without threads there is no other
+     * caller, and the locked swap (on every poll) is skipped. */
     if (opal_using_threads() && opal_atomic_swap_32(&module->progress_busy, 1)) {
         return 0;
     }
@@ -732,13 +709,12 @@ static int doorbell_component_progress(void)
         count += mca_btl_doorbell_retry_pending(module);
     }
 
-    memset(&wake, 0, sizeof(wake));
     rc = doorbell_progress(module->core, MCA_BTL_DOORBELL_WINDOW, mca_btl_doorbell_recv_cb,
                            module, &wake);
     if (rc > 0) {
         count += rc;
     } else if (OPAL_UNLIKELY(rc < 0)) {
-        handle_core_error(module, rc, &wake);
+        mca_btl_doorbell_core_error(module, rc, &wake);
         if (NULL == module->core) {
             /* a lost peer ended this rank's use of the core */
             module->progress_busy = 0;
@@ -746,61 +722,10 @@ static int doorbell_component_progress(void)
         }
     }
 
-    if (count > 0 || (module->send_activity && opal_atomic_swap_32(&module->send_activity, 0))) {
-        /* Busy: no clock read on this path.  0 means "just now": the next
-         * idle call stamps both times, and does not sleep (a call after an
-         * event is never back to back). */
-        module->last_event_ns = 0;
-        module->last_call_ns = 0;
-        module->idle_sleeps = 0;
-        opal_atomic_wmb();
-        module->progress_busy = 0;
-        return count;
-    }
-
-    now = mca_btl_doorbell_now_ns();
-    if (0 == module->last_event_ns) {
-        module->last_event_ns = now;
-    }
-    if (should_sleep(module, now)) {
-        memset(&wake, 0, sizeof(wake));
-        module->sleeps++;
-        uint64_t sleep_us = (uint64_t) MCA_BTL_DOORBELL_FIRST_SLEEP_US << module->idle_sleeps;
-        if (sleep_us > mca_btl_doorbell_component.sleep_max_us) {
-            sleep_us = mca_btl_doorbell_component.sleep_max_us;
-        }
-        rc = doorbell_wait(module->core, MCA_BTL_DOORBELL_WINDOW, DOORBELL_WAIT_BLOCK,
-                           (int64_t) sleep_us,
-                           mca_btl_doorbell_recv_cb, module, &wake);
-        if (rc > 0) {
-            count += rc;
-        } else if (rc < 0) {
-            handle_core_error(module, rc, &wake);
-        } else if (DOORBELL_WOKE_PEER_LOST == wake.reason) {
-            mca_btl_doorbell_peer_lost(module, wake.task);
-        } else if (DOORBELL_WOKE_TIMEOUT == wake.reason) {
-            module->sleep_timeouts++;
-        }
-        /* back off while nothing at all happens; anything resets it */
-        if (0 == rc && DOORBELL_WOKE_TIMEOUT == wake.reason) {
-            if (module->idle_sleeps < 16) {
-                module->idle_sleeps++;
-            }
-        } else {
-            module->idle_sleeps = 0;
-        }
-        now = mca_btl_doorbell_now_ns();
-        if (count > 0) {
-            module->last_event_ns = now;
-        }
-        /* a self-wake (another thread sent, or a completion is queued):
-         * let the next call do the work without sleeping again first */
-        if (module->ncompleted || module->npending) {
-            module->last_event_ns = now;
-        }
-    }
-
-    module->last_call_ns = now;
+    /* A send since the last pass (this thread's or another's) is activity
+     * too: a reply usually follows, so the wait starts afresh. */
+    bool active = count > 0 || (module->send_activity && opal_atomic_swap_32(&module->send_activity, 0));
+    mca_btl_doorbell_idle_note_pass(module, active ? 1 : 0);
     opal_atomic_wmb();
     module->progress_busy = 0;
     return count;

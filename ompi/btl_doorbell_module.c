@@ -128,8 +128,7 @@ int mca_btl_doorbell_module_init(mca_btl_doorbell_module_t *module, doorbell_end
     module->npending = 0;
     module->progress_busy = 0;
     module->send_activity = 0;
-    module->last_call_ns = 0;
-    module->last_event_ns = 0;
+    mca_btl_doorbell_idle_reset(module);
     module->sleep_checked = false;
     module->sleep_allowed = false;
     module->finalizing = false;
@@ -233,6 +232,7 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
                     doorbell_error_string(path), path);
         return NULL;
     }
+    module->paths_seen |= 1u << path;
 
     /* node_id is a hash of the node name; Open MPI's own locality comes from
      * the runtime.  If they disagree, one of them is wrong and shm/tcp
@@ -375,6 +375,15 @@ static void report_counters(mca_btl_doorbell_module_t *module)
                         (unsigned long long) module->sleeps,
                         (unsigned long long) module->sleep_timeouts,
                         (unsigned long long) module->sends_queued);
+    for (int p = 1; p <= 2; ++p) {
+        const mca_btl_doorbell_spin_learner_t *l = &module->learner[p];
+        opal_output_verbose(1, c->output,
+                            "btl doorbell: rank %u adaptive spin on %s: spins_paid=%llu "
+                            "spins_vain=%llu probes=%llu now=%s",
+                            module->my_task, mca_btl_doorbell_path_name(p),
+                            (unsigned long long) l->spins_paid, (unsigned long long) l->spins_vain,
+                            (unsigned long long) l->probes, l->short_spin ? "sleep-at-once" : "spin");
+    }
 
     for (uint32_t t = 0; t < module->npeers_alloc; ++t) {
         mca_btl_doorbell_endpoint_t *ep = module->peers[t];

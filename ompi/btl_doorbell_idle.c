@@ -1,0 +1,374 @@
+/* btl_doorbell_idle.c -- where a rank decides to sleep: Open MPI's idle point.
+ *
+ * opal_progress() (Open MPI 4.1) runs every registered progress callback --
+ * the BTLs', ob1's pending queues, osc pt2pt, libnbc, ... -- and, when the
+ * sum of their events is 0 and opal_progress_yield_when_idle is set, calls
+ * sched_yield().  That call is the one point where all of Open MPI has just
+ * reported nothing to do.  A sleep inside our own progress callback is blind
+ * to the callbacks that run after it, and held up their work by a whole
+ * sleep (RMA over osc pt2pt 140x slower than vader).
+ *
+ * So the component sets the yield flag and points libopen-pal's PLT slot
+ * for sched_yield at doorbell_idle_point() (btl_doorbell_got.c).  Both ways
+ * of selecting doorbell (MCA and LD_PRELOAD) load this component, so both
+ * get it.  At the idle point:
+ *   - idle points of consecutive opal_progress passes, less than
+ *     MCA_BTL_DOORBELL_BACK_TO_BACK_NS apart, form a *run*: someone waits.
+ *     A pass with any event, or a gap (compute between MPI_Test calls),
+ *     ends the run, so a test-and-compute loop is never put to sleep;
+ *   - block mode sleeps at the second idle point of a run, adaptive once
+ *     the run is older than its spin budget (below), poll never;
+ *   - when it does not sleep it calls sched_yield only if Open MPI itself
+ *     asked for yields (mpi_yield_when_idle, which mpirun sets for
+ *     oversubscribed jobs), so a spinning rank gives its core away exactly
+ *     when vader's would.
+ * Sleeps stay bounded (1 ms, doubling to sleep_max_us while nothing at all
+ * happens): PMIx callbacks and timers need progress calls nobody announces.
+ *
+ * Other threads.  Under MPI_THREAD_MULTIPLE, a request that another thread
+ * completes (through btl self, or its own progress) is signalled with
+ * pthread_cond_signal (opal's wait_sync).  Those PLT slots of Open MPI's
+ * libraries and components are redirected too: after signalling, they ring
+ * this rank's own doorbell.  The doorbell is sticky, so a thread that
+ * sleeps, or is about to, wakes at once.  Sends by other threads ring it
+ * already (after_send in btl_doorbell_module.c).
+ *
+ * Adaptive mode learns, per path (shm, tcp), whether spinning pays.  A spin
+ * pays when the message arrives during it.  A wait that spun its whole
+ * budget, slept, and was woken by a message spun in vain.  After
+ * SPIN_MISSES such waits in a row on a path, waits predicted for that path
+ * (the path of the last message) sleep at once: a spin that never brings
+ * the message sooner only costs CPU, and on a loaded node it holds the core
+ * that would process the packet.  Every probe_gap-th wait spins the full
+ * budget again as a probe: a message during it turns spinning back on; a
+ * vain probe doubles the gap up to PROBE_GAP_MAX, so re-learning costs
+ * little.
+ */
+#include "opal_config.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+
+#include "opal/runtime/opal_progress.h"
+#include "ompi/runtime/mpiruntime.h"
+
+#include "btl_doorbell.h"
+#include "btl_doorbell_blocking.h"
+#include "btl_doorbell_got.h"
+
+/* libmpi defines these; weak so the component still loads without it. */
+#pragma weak ompi_mpi_state
+extern bool ompi_mpi_yield_when_idle __attribute__((weak));
+
+#define SPIN_MISSES 4
+#define PROBE_GAP_MIN 16
+#define PROBE_GAP_MAX 1024
+#define PATH_SHM 1
+#define PATH_TCP 2
+
+static bool idle_hooked;        /* sched_yield of libopen-pal is ours */
+static bool late_hooks_done;    /* second pass over components loaded after init */
+
+static int doorbell_idle_point(void);
+static int doorbell_cond_signal(pthread_cond_t *cond);
+
+static bool ompi_wants_yield(void)
+{
+    return &ompi_mpi_yield_when_idle != NULL && ompi_mpi_yield_when_idle;
+}
+
+static bool mpi_running(void)
+{
+    return &ompi_mpi_state == NULL || OMPI_MPI_STATE_INIT_COMPLETED == ompi_mpi_state;
+}
+
+static bool is_open_pal(const char *path)
+{
+    return NULL != strstr(path, "libopen-pal.so");
+}
+
+/* Open MPI's libraries and components, not this one. */
+static bool is_open_mpi(const char *path)
+{
+    if (NULL != strstr(path, "mca_btl_doorbell")) {
+        return false;
+    }
+    return NULL != strstr(path, "libmpi.so") || NULL != strstr(path, "libopen-pal.so") ||
+           NULL != strstr(path, "libopen-rte.so") || NULL != strstr(path, "/mca_");
+}
+
+bool mca_btl_doorbell_idle_install(void)
+{
+    if (!idle_hooked) {
+        idle_hooked = mca_btl_doorbell_got_redirect("sched_yield", (void *) doorbell_idle_point,
+                                                    is_open_pal) > 0;
+        if (idle_hooked) {
+            (void) mca_btl_doorbell_blocking_install();
+        }
+        (void) mca_btl_doorbell_got_redirect("pthread_cond_signal", (void *) doorbell_cond_signal,
+                                             is_open_mpi);
+    }
+    if (idle_hooked) {
+        opal_progress_yield_when_idle = true;
+    }
+    return idle_hooked;
+}
+
+void mca_btl_doorbell_idle_uninstall(void)
+{
+    mca_btl_doorbell_got_restore_all();
+    if (idle_hooked) {
+        opal_progress_yield_when_idle = ompi_wants_yield();
+    }
+    idle_hooked = false;
+    late_hooks_done = false;
+}
+
+void mca_btl_doorbell_idle_reset(mca_btl_doorbell_module_t *module)
+{
+    module->progress_calls = 0;
+    module->idle_mark = 0;
+    module->last_idle_ns = 0;
+    module->idle_since_ns = 0;
+    module->spin_ns = 0;
+    module->spin_path = PATH_SHM;
+    module->probing = false;
+    module->idle_sleeps = 0;
+    module->paths_seen = 0;
+    module->last_path = 0;
+    module->rx_shm = 0;
+    module->rx_tcp = 0;
+    memset(module->learner, 0, sizeof(module->learner));
+}
+
+/* ------------------------------------------------------------------ */
+/* learning                                                            */
+
+/* The path of the message(s) that ended a wait.  Only a rank with peers
+ * on both paths needs to ask the core. */
+static int delivered_path(mca_btl_doorbell_module_t *m)
+{
+    doorbell_counters k;
+
+    if (0 == m->paths_seen || (1u << PATH_SHM) == m->paths_seen) {
+        return PATH_SHM;
+    }
+    if ((1u << PATH_TCP) == m->paths_seen) {
+        return PATH_TCP;
+    }
+    if (DOORBELL_OK != doorbell_counters_get(m->core, &k)) {
+        return m->spin_path;
+    }
+    int p = k.tcp_received != m->rx_tcp && k.shm_received == m->rx_shm ? PATH_TCP : PATH_SHM;
+    m->rx_shm = k.shm_received;
+    m->rx_tcp = k.tcp_received;
+    return p;
+}
+
+/* The wait ended during its full spin: spinning pays on this path. */
+static void spin_paid(mca_btl_doorbell_module_t *m)
+{
+    int p = delivered_path(m);
+    mca_btl_doorbell_spin_learner_t *l = &m->learner[p];
+
+    l->spins_paid++;
+    l->misses = 0;
+    l->short_spin = false;
+    m->last_path = p;
+}
+
+/* The wait spun its full budget, slept, and a message woke it. */
+static void spin_vain(mca_btl_doorbell_module_t *m)
+{
+    int p = delivered_path(m);
+    mca_btl_doorbell_spin_learner_t *l = &m->learner[p];
+
+    l->spins_vain++;
+    m->last_path = p;
+    if (!l->short_spin) {
+        if (++l->misses >= SPIN_MISSES) {
+            l->short_spin = true;
+            l->misses = 0;
+            l->probe_gap = PROBE_GAP_MIN;
+            l->until_probe = l->probe_gap;
+        }
+    } else if (m->probing && l->probe_gap < PROBE_GAP_MAX) {
+        l->probe_gap *= 2;
+        l->until_probe = l->probe_gap;
+    }
+}
+
+/* A new run of idle points: how long it spins before it sleeps. */
+static void start_run(mca_btl_doorbell_module_t *m, uint64_t now)
+{
+    mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
+    uint64_t full = (uint64_t) c->spin_us * 1000ull;
+
+    m->idle_since_ns = now;
+    m->probing = false;
+    if (DOORBELL_WAIT_BLOCK == c->wait_mode) {
+        m->spin_ns = 0;
+        return;
+    }
+    int p = m->last_path ? m->last_path : ((1u << PATH_TCP) == m->paths_seen ? PATH_TCP : PATH_SHM);
+    mca_btl_doorbell_spin_learner_t *l = &m->learner[p];
+    m->spin_path = p;
+    if (!l->short_spin) {
+        m->spin_ns = full;
+    } else if (l->until_probe <= 1) {
+        m->probing = true;
+        l->probes++;
+        l->until_probe = l->probe_gap;
+        m->spin_ns = full;
+    } else {
+        l->until_probe--;
+        m->spin_ns = 0;
+    }
+}
+
+void mca_btl_doorbell_idle_note_pass(mca_btl_doorbell_module_t *m, int events)
+{
+    m->progress_calls++;
+    if (events > 0 && 0 != m->idle_since_ns) {
+        /* a wait ended while it spun; only a full spin says spinning pays */
+        if (m->spin_ns > 0) {
+            spin_paid(m);
+        }
+        m->idle_since_ns = 0;
+        m->idle_sleeps = 0;
+    }
+    /* ompi_mpi_init sets the flag from mpi_yield_when_idle near its end,
+     * after this BTL started: set it again, or the idle point is never
+     * reached. */
+    if (OPAL_UNLIKELY(!opal_progress_yield_when_idle) && idle_hooked) {
+        opal_progress_yield_when_idle = true;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* sleeping                                                            */
+
+static bool may_sleep(mca_btl_doorbell_module_t *m)
+{
+    if (m->finalizing || !mpi_running() || m->ncompleted || m->npending) {
+        return false;
+    }
+    if (OPAL_UNLIKELY(!m->sleep_checked)) {
+        mca_btl_doorbell_check_sleep_allowed(m);
+    }
+    return m->sleep_allowed;
+}
+
+static void sleep_once(mca_btl_doorbell_module_t *m)
+{
+    doorbell_wake wake = {0, 0};
+    uint64_t sleep_us = (uint64_t) MCA_BTL_DOORBELL_FIRST_SLEEP_US << m->idle_sleeps;
+    int rc;
+
+    if (sleep_us > mca_btl_doorbell_component.sleep_max_us) {
+        sleep_us = mca_btl_doorbell_component.sleep_max_us;
+    }
+    m->sleeps++;
+    rc = doorbell_wait(m->core, MCA_BTL_DOORBELL_WINDOW, DOORBELL_WAIT_BLOCK, (int64_t) sleep_us,
+                       mca_btl_doorbell_recv_cb, m, &wake);
+    if (rc > 0) {
+        if (m->spin_ns > 0) {
+            spin_vain(m);
+        }
+        m->idle_since_ns = 0; /* the run is over */
+        m->idle_sleeps = 0;
+    } else if (rc < 0) {
+        mca_btl_doorbell_core_error(m, rc, &wake);
+        m->idle_since_ns = 0;
+    } else if (DOORBELL_WOKE_PEER_LOST == wake.reason) {
+        mca_btl_doorbell_peer_lost(m, wake.task);
+        m->idle_since_ns = 0;
+    } else if (DOORBELL_WOKE_TIMEOUT == wake.reason) {
+        /* nothing at all happened: back off; the run goes on */
+        m->sleep_timeouts++;
+        if (m->idle_sleeps < 16) {
+            m->idle_sleeps++;
+        }
+    } else {
+        /* a notify: another thread sent or completed a request; let the
+         * next pass do the work before any sleep */
+        m->idle_since_ns = 0;
+        m->idle_sleeps = 0;
+    }
+    m->last_idle_ns = mca_btl_doorbell_now_ns();
+}
+
+/* One idle point; true if it slept. */
+static bool idle(mca_btl_doorbell_module_t *m)
+{
+    mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
+    bool slept = false;
+
+    if (DOORBELL_WAIT_POLL == c->wait_mode) {
+        return false;
+    }
+    if (opal_using_threads() && opal_atomic_swap_32(&m->progress_busy, 1)) {
+        return false;
+    }
+    if (OPAL_UNLIKELY(!late_hooks_done) && mpi_running()) {
+        /* components opened late in MPI_Init (osc, coll) */
+        late_hooks_done = true;
+        (void) mca_btl_doorbell_got_redirect("pthread_cond_signal", (void *) doorbell_cond_signal,
+                                             is_open_mpi);
+    }
+
+    unsigned int depth;
+    uint64_t serial;
+    mca_btl_doorbell_blocking_state(&depth, &serial);
+    if (0 == depth && mca_btl_doorbell_blocking_marked()) {
+        /* not inside a blocking MPI call: MPI_Test, MPI_Iprobe, ... */
+        m->idle_since_ns = 0;
+        opal_atomic_wmb();
+        m->progress_busy = 0;
+        return false;
+    }
+
+    uint64_t now = mca_btl_doorbell_now_ns();
+    bool in_run = 0 != m->idle_since_ns && m->progress_calls - m->idle_mark <= 1 &&
+                  (mca_btl_doorbell_blocking_marked()
+                       ? serial == m->run_serial
+                       : now - m->last_idle_ns < MCA_BTL_DOORBELL_BACK_TO_BACK_NS);
+    m->idle_mark = m->progress_calls;
+    m->last_idle_ns = now;
+    if (!in_run) {
+        m->run_serial = serial;
+        start_run(m, now);
+    } else if (now - m->idle_since_ns >= m->spin_ns && may_sleep(m)) {
+        sleep_once(m);
+        slept = true;
+    }
+    opal_atomic_wmb();
+    m->progress_busy = 0;
+    return slept;
+}
+
+/* Replaces sched_yield in libopen-pal: reached only from opal_progress,
+ * after a pass in which every progress callback found nothing to do. */
+static int doorbell_idle_point(void)
+{
+    mca_btl_doorbell_module_t *m = mca_btl_doorbell_component.module;
+
+    if (OPAL_LIKELY(NULL != m && NULL != m->core) && idle(m)) {
+        return 0;
+    }
+    return ompi_wants_yield() ? sched_yield() : 0;
+}
+
+/* Replaces pthread_cond_signal in Open MPI: a request completed (or a
+ * thread was handed the progress) -- wake this rank's sleeper, if any. */
+static int doorbell_cond_signal(pthread_cond_t *cond)
+{
+    int rc = pthread_cond_signal(cond);
+    mca_btl_doorbell_module_t *m = mca_btl_doorbell_component.module;
+
+    if (NULL != m && NULL != m->core && !m->finalizing) {
+        (void) doorbell_local_notify(m->core, m->my_task, MCA_BTL_DOORBELL_WINDOW);
+    }
+    return rc;
+}
