@@ -23,7 +23,7 @@
 #   PINGPONG_MAX    largest ping-pong message in bytes       (67108864)
 #   RUN_TIMEOUT     seconds for one mpirun                   (240)
 #   TESTS           names to run, default all: pingpong anysource probe
-#                   alltoall_nb ssend_vector collectives threads idle_cpu
+#                   alltoall_nb ssend_vector collectives threads idle_cpu idle_point
 #                   rust netpipe mpi4py
 #   OUT             build and log directory                  (<repo>/target/mpi-tests)
 #   SHM_GLOB        files that must not be left behind       (/dev/shm/doorbell*)
@@ -44,13 +44,13 @@ PINGPONG_MAX=${PINGPONG_MAX:-67108864}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 SHM_GLOB=${SHM_GLOB:-/dev/shm/doorbell*}
 SHM_STRICT=${SHM_STRICT:-1}
-TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu rust netpipe mpi4py}
+TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point rust netpipe mpi4py}
 OUT=${OUT:-$ROOT/target/mpi-tests}
 BIN=$OUT/bin
 LOGS=$OUT/logs
 RUST_TARGET=$ROOT/target/mpi-tests-rust
 PY=/usr/bin/python3 # Debian's python3-mpi4py lives there, not in a pyenv/venv python
-C_PROGRAMS=(pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu)
+C_PROGRAMS=(pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point)
 
 PASSED=0
 FAILED=0
@@ -249,6 +249,21 @@ for variant in "${VARIANTS[@]}"; do
             *) args=() ;;
             esac
             run_mpi "$p np=$np $vt" "$np" "$BTL" "$variant" "^$p: OK" "$BIN/$p" "${args[@]}" || true
+            if [[ $p == idle_point ]] && is_doorbell "$BTL"; then
+                # osc pt2pt sends RMA on a SELF window through btl self; block
+                # mode sleeps soonest, so it shows a sleep in the wrong place
+                # first; LD_PRELOAD selects doorbell the other way
+                for extra in "--mca osc pt2pt" "--mca osc pt2pt --mca btl_doorbell_wait_mode block"; do
+                    read -r -a xa <<<"$extra"
+                    run_mpi "$p np=$np $vt $extra" "$np" "$BTL" "$variant" "^$p: OK" "${xa[@]}" "$BIN/$p" || true
+                done
+                for mode in adaptive block; do
+                    run_mpi "$p threads np=$np $vt $mode" "$np" "$BTL" "$variant" "^$p: OK" \
+                        --mca btl_doorbell_wait_mode $mode "$BIN/$p" threads || true
+                done
+                run_mpi "$p np=$np $vt LD_PRELOAD" "$np" "$BTL" "$variant" "^$p: OK" \
+                    -x LD_PRELOAD="$ROOT/target/release/libdoorbell.so" --mca osc pt2pt "$BIN/$p" || true
+            fi
             if [[ $p == idle_cpu ]]; then
                 IDLE_FIG["$np $variant"]=$(grep -Eo 'IDLE_CPU max=[0-9.]+%' "$RUN_LOG" | sed 's/IDLE_CPU //' || echo "max=?")
             fi

@@ -1,0 +1,185 @@
+/* idle_point.c -- a sleeping rank never holds up work that no doorbell
+ * message announces, and never sleeps where the program computes.
+ *
+ * 1. self_rma: 2,000 passive-target epochs on this rank's own MPI_COMM_SELF
+ *    window (Lock, Put, Flush, Get_accumulate, Flush, Get, Flush, Unlock).
+ *    Their traffic is btl self's and osc's, never doorbell's; a rank that
+ *    sleeps inside them (1-16 ms per sleep) takes seconds, the limit is 5 s.
+ * 2. thread_wake (with argument "threads", which asks for
+ *    MPI_THREAD_MULTIPLE and skips self_rma: osc pt2pt refuses that level): the main thread waits in
+ *    MPI_Recv for a message another thread of the same rank sends to it
+ *    (btl self).  The completion must wake it at once: mean < 2 ms, worst
+ *    < 10 ms, where a sleep that waits for its timeout takes 1-16 ms.
+ * 3. test_compute: rank 2k+1 computes 20 us chunks with MPI_Test between
+ *    them until rank 2k's message (sent after 100 ms) completes.  A sleep in
+ *    MPI_Test would show as time spent inside it: at most 20% of the loop
+ *    (an MPI_Test that finds nothing takes well under a microsecond).
+ * Prints "idle_point: OK" when every check holds.
+ */
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EPOCHS 2000
+#define RMA_LIMIT_S 5.0
+#define WAKES 20
+
+static int rank, size, failures;
+
+#define CHECK(cond, ...)                                  \
+    do {                                                  \
+        if (!(cond)) {                                    \
+            fprintf(stderr, "idle_point: rank %d: ", rank); \
+            fprintf(stderr, __VA_ARGS__);                 \
+            fprintf(stderr, "\n");                        \
+            failures++;                                   \
+        }                                                 \
+    } while (0)
+
+static void self_rma(void)
+{
+    int *base;
+    MPI_Win win;
+    MPI_Win_allocate(4 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_SELF, &base, &win);
+    base[0] = base[1] = base[2] = 0;
+    double t0 = MPI_Wtime();
+    for (int e = 0; e < EPOCHS; ++e) {
+        int v = e + rank, one = 1, old = -1, got = -1;
+        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win);
+        MPI_Put(&v, 1, MPI_INT, 0, 1, 1, MPI_INT, win);
+        MPI_Win_flush(0, win);
+        MPI_Get_accumulate(&one, 1, MPI_INT, &old, 1, MPI_INT, 0, 2, 1, MPI_INT, MPI_SUM, win);
+        MPI_Win_flush(0, win);
+        MPI_Get(&got, 1, MPI_INT, 0, 1, 1, MPI_INT, win);
+        MPI_Win_flush(0, win);
+        MPI_Win_unlock(0, win);
+        if (got != v || old != e) {
+            CHECK(0, "self_rma epoch %d: got %d (want %d), counter %d (want %d)", e, got, v, old, e);
+            break;
+        }
+    }
+    double t = MPI_Wtime() - t0;
+    MPI_Win_free(&win);
+    printf("idle_point: rank %d self_rma %d epochs in %.3f s (%.2f us each)\n", rank, EPOCHS, t,
+           t / EPOCHS * 1e6);
+    CHECK(t < RMA_LIMIT_S, "self_rma took %.1f s (limit %.0f s): a sleep delayed osc/btl self work",
+          t, RMA_LIMIT_S);
+}
+
+static volatile double sent_at;
+
+static void *self_sender(void *arg)
+{
+    (void) arg;
+    for (int i = 0; i < WAKES; ++i) {
+        int x = i;
+        usleep(20000);
+        sent_at = MPI_Wtime();
+        MPI_Send(&x, 1, MPI_INT, rank, 900 + i, MPI_COMM_WORLD);
+    }
+    return NULL;
+}
+
+static void thread_wake(void)
+{
+    pthread_t t;
+    double sum = 0, worst = 0;
+    pthread_create(&t, NULL, self_sender, NULL);
+    for (int i = 0; i < WAKES; ++i) {
+        int x = -1;
+        MPI_Recv(&x, 1, MPI_INT, rank, 900 + i, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        double d = MPI_Wtime() - sent_at;
+        CHECK(x == i, "thread_wake: got %d, want %d", x, i);
+        sum += d;
+        worst = d > worst ? d : worst;
+    }
+    pthread_join(t, NULL);
+    printf("idle_point: rank %d thread_wake mean %.0f us worst %.0f us\n", rank, sum / WAKES * 1e6,
+           worst * 1e6);
+    CHECK(sum / WAKES < 2e-3 && worst < 10e-3,
+          "thread_wake: mean %.2f ms worst %.2f ms: another thread's completion did not wake the "
+          "sleeper", sum / WAKES * 1e3, worst * 1e3);
+}
+
+static double spin_us(double us)
+{
+    struct timespec a, b;
+    volatile double x = 1.0;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do {
+        for (int i = 0; i < 200; ++i) {
+            x = x * 1.0000001 + 1e-9;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &b);
+    } while ((b.tv_sec - a.tv_sec) * 1e6 + (b.tv_nsec - a.tv_nsec) / 1e3 < us);
+    return x;
+}
+
+static void test_compute(void)
+{
+    int peer = rank ^ 1, x = 0;
+    if (peer >= size) {
+        return;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (0 == rank % 2) {
+        usleep(100000);
+        x = 7;
+        MPI_Send(&x, 1, MPI_INT, peer, 77, MPI_COMM_WORLD);
+        return;
+    }
+    MPI_Request req;
+    int done = 0;
+    long chunks = 0;
+    MPI_Irecv(&x, 1, MPI_INT, peer, 77, MPI_COMM_WORLD, &req);
+    double t0 = MPI_Wtime(), in_test = 0;
+    while (!done) {
+        spin_us(20);
+        chunks++;
+        double a = MPI_Wtime();
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        in_test += MPI_Wtime() - a;
+    }
+    double t = MPI_Wtime() - t0;
+    CHECK(x == 7, "test_compute: got %d", x);
+    printf("idle_point: rank %d test_compute %ld chunks in %.1f ms, %.1f%% of it in MPI_Test\n",
+           rank, chunks, t * 1e3, 100 * in_test / t);
+    CHECK(in_test < 0.2 * t, "test_compute: %.0f%% of the loop inside MPI_Test: MPI_Test slept",
+          100 * in_test / t);
+}
+
+int main(int argc, char **argv)
+{
+    int provided = MPI_THREAD_SINGLE;
+    bool threads = argc > 1 && 0 == strcmp(argv[1], "threads");
+    if (threads) {
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    } else {
+        MPI_Init(&argc, &argv);
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+    if (!threads) {
+        self_rma();
+    } else if (provided == MPI_THREAD_MULTIPLE) {
+        thread_wake();
+    } else {
+        CHECK(0, "MPI_THREAD_MULTIPLE not provided (%d)", provided);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    test_compute();
+
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (0 == rank && 0 == all) {
+        printf("idle_point: OK\n");
+    }
+    MPI_Finalize();
+    return all ? 1 : 0;
+}
