@@ -34,8 +34,9 @@
  * already (after_send in btl_doorbell_module.c).
  *
  * Adaptive mode learns, per path (shm, tcp), whether spinning pays.  A spin
- * pays when the message arrives during it.  A wait that spun its whole
- * budget, slept, and was woken by a message spun in vain.  After
+ * pays when the message arrives during it, within SPIN_PAYS_NS.  A wait that
+ * spun longer, or its whole budget and then slept until a message woke it,
+ * spun in vain.  After
  * SPIN_MISSES such waits in a row on a path, waits predicted for that path
  * (the path of the last message) sleep at once: a spin that never brings
  * the message sooner only costs CPU, and on a loaded node it holds the core
@@ -62,6 +63,9 @@
 extern bool ompi_mpi_yield_when_idle __attribute__((weak));
 
 #define SPIN_MISSES 4
+/* A spin pays if the message came within this: about what a futex wake-up
+ * costs across CPUs on a loaded VM (30-40 us measured here) */
+#define SPIN_PAYS_NS 50000ull
 #define PROBE_GAP_MIN 16
 #define PROBE_GAP_MAX 1024
 #define PATH_SHM 1
@@ -231,9 +235,16 @@ void mca_btl_doorbell_idle_note_pass(mca_btl_doorbell_module_t *m, int events)
 {
     m->progress_calls++;
     if (events > 0 && 0 != m->idle_since_ns) {
-        /* a wait ended while it spun; only a full spin says spinning pays */
+        /* a wait ended while it spun; only a full spin says whether
+         * spinning pays, and only a quick arrival says yes: one that took
+         * longer than a sleep and a wake-up would have cost the CPU for
+         * nothing (and a spinning rank may be what delayed it) */
         if (m->spin_ns > 0) {
-            spin_paid(m);
+            if (mca_btl_doorbell_now_ns() - m->idle_since_ns <= SPIN_PAYS_NS) {
+                spin_paid(m);
+            } else {
+                spin_vain(m);
+            }
         }
         m->idle_since_ns = 0;
         m->idle_sleeps = 0;
