@@ -277,8 +277,10 @@ static int doorbell_component_register(void)
         "How a rank with nothing to do waits: "
         "poll (spin, never sleep: lowest latency, 100% CPU), "
         "block (sleep on the doorbell as soon as progress finds nothing), "
-        "adaptive (sleep only when progress is called back-to-back and nothing "
-        "arrived for btl_doorbell_spin_us; MPI_Test between compute chunks never sleeps)",
+        "adaptive (spin up to btl_doorbell_spin_us, less where spinning has not paid "
+        "lately, then sleep).  Whatever the mode, a rank sleeps only inside a blocking MPI "
+        "call (MPI_Recv, MPI_Wait, collectives, RMA synchronisation) and only when all of "
+        "Open MPI's progress found nothing to do; MPI_Test/MPI_Iprobe never sleep",
         MCA_BASE_VAR_TYPE_INT, wait_enum, 0, MCA_BASE_VAR_FLAG_SETTABLE, OPAL_INFO_LVL_4,
         MCA_BASE_VAR_SCOPE_READONLY, &c->wait_mode);
     OBJ_RELEASE(wait_enum);
@@ -289,7 +291,9 @@ static int doorbell_component_register(void)
      * TCP latency at btl tcp's, 50 doubled it; barrier time unchanged). */
     c->spin_us = 1000;
     rc = reg_uint("spin_us",
-                  "adaptive wait mode: microseconds without any message, completion or send "
+                  "adaptive wait mode: longest spin, in microseconds, of a blocking call that finds "
+                  "nothing to do before it sleeps (shortened to 0 per path -- shm, tcp -- while "
+                  "messages keep arriving only after the spin; re-probed now and then)"
                   "before a waiting rank goes to sleep",
                   &c->spin_us, OPAL_INFO_LVL_4);
     note_param_error(rc, "btl_doorbell_spin_us");
