@@ -10,8 +10,8 @@
  * for MPI_Recv, MPI_Wait*, blocking collectives, RMA synchronisation, ...
  * of the program and of its other libraries (mpi4py, the Fortran bindings,
  * not Open MPI's own) at wrappers that count this thread's depth of
- * blocking calls and number each outermost call, then call the PMPI_
- * function.  The idle point sleeps only inside such a call, and only once
+ * blocking calls and number each outermost call, then call the function
+ * the slot would have reached.  The idle point sleeps only inside such a call, and only once
  * the same call has gone idle for its spin budget: a call that returns after
  * one idle pass (a flush with nothing to flush) never sleeps, and neither
  * does MPI_Test between compute chunks.
@@ -110,26 +110,39 @@ static inline void leave(void)
     X(File_write_at_all, (MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status), (fh, offset, buf, count, datatype, status)) \
     X(File_sync, (MPI_File fh), (fh))
 
-#define DEFINE_WRAPPER(name, params, args)          \
-    static int(*real_##name) params;                \
-    static int wrap_##name params                   \
+/* Two wrappers per call: one for the MPI_ name, which calls what that name
+ * resolves to (a PMPI tool's MPI_Recv, if one is loaded, else Open MPI's),
+ * and one for the PMPI_ name (the Fortran bindings and PMPI tools call it),
+ * which calls Open MPI's.  Both count as one blocking call when nested. */
+#define DEFINE_WRAPPERS(name, params, args)         \
+    static int(*real_MPI_##name) params;            \
+    static int wrap_MPI_##name params               \
     {                                               \
         enter();                                    \
-        int rc = real_##name args;                  \
+        int rc = real_MPI_##name args;              \
+        leave();                                    \
+        return rc;                                  \
+    }                                               \
+    static int(*real_PMPI_##name) params;           \
+    static int wrap_PMPI_##name params              \
+    {                                               \
+        enter();                                    \
+        int rc = real_PMPI_##name args;             \
         leave();                                    \
         return rc;                                  \
     }
-DOORBELL_BLOCKING_CALLS(DEFINE_WRAPPER)
+DOORBELL_BLOCKING_CALLS(DEFINE_WRAPPERS)
 
 typedef struct {
-    const char *name;       /* MPI_ name */
-    const char *pname;      /* PMPI_ name: the implementation the wrapper calls */
+    const char *name;
     void **real;
     void *wrapper;
 } blocking_call_t;
 
-#define TABLE_ENTRY(name, params, args) {"MPI_" #name, "PMPI_" #name, (void **) &real_##name, (void *) wrap_##name},
-static const blocking_call_t blocking_calls[] = {DOORBELL_BLOCKING_CALLS(TABLE_ENTRY)};
+#define TABLE_ENTRIES(name, params, args)                                          \
+    {"MPI_" #name, (void **) &real_MPI_##name, (void *) wrap_MPI_##name},          \
+    {"PMPI_" #name, (void **) &real_PMPI_##name, (void *) wrap_PMPI_##name},
+static const blocking_call_t blocking_calls[] = {DOORBELL_BLOCKING_CALLS(TABLE_ENTRIES)};
 
 /* The program ("" in the link map) and its libraries, not Open MPI's own (whose internal calls
  * never go through the MPI_ names) and not this component. */
@@ -146,13 +159,14 @@ bool mca_btl_doorbell_blocking_install(void)
 
     for (size_t i = 0; i < sizeof(blocking_calls) / sizeof(blocking_calls[0]); ++i) {
         const blocking_call_t *b = &blocking_calls[i];
-        void *impl = dlsym(RTLD_DEFAULT, b->pname);
-        if (NULL == impl) {
+        /* what a call through the program's slot would reach; the slots
+         * are changed only after the real target is known */
+        void *impl = dlsym(RTLD_DEFAULT, b->name);
+        if (NULL == impl || impl == b->wrapper) {
             continue;
         }
         *b->real = impl;
         patched += mca_btl_doorbell_got_redirect(b->name, b->wrapper, is_caller_of_mpi);
-        patched += mca_btl_doorbell_got_redirect(b->pname, b->wrapper, is_caller_of_mpi);
     }
     calls_marked = patched > 0;
     return calls_marked;
