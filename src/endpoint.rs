@@ -36,6 +36,9 @@ const RING_BUDGET: usize = 64;
 /// A sender streaming a large message waits this long for a consumer that
 /// stopped draining before it queues the rest.
 const STREAM_STALL_NS: u64 = 200_000;
+/// A spin-while-it-moves loop that saw nothing move for this long yields
+/// the CPU on each further check.
+const STALL_YIELD_NS: u64 = 5_000;
 
 /// Why a progress or wait call returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,9 +56,12 @@ pub enum Woke {
 }
 
 /// "Is a stream still moving?" for the spin-while-it-moves loops: gives up
-/// once nothing moved for STREAM_STALL_NS, or the deadline passed.  The
-/// clock starts at the first check, so a send that completes at once (the
-/// hot path) never reads it.
+/// once nothing moved for STREAM_STALL_NS, or the deadline passed, and
+/// yields the CPU while nothing moves.  The clock starts at the first
+/// check, so a send that completes at once (the hot path) never reads it.
+/// Such a loop also ends at once when this process has something to
+/// receive (`Inner::inbound_pending`): the limit only bounds a wait for a
+/// receiver that is busy elsewhere, never one that waits for us.
 struct Stall {
     since: Option<u64>,
     left: u64,
@@ -82,6 +88,12 @@ impl Stall {
         if moved {
             self.since = Some(now);
             return false;
+        }
+        if now - since > STALL_YIELD_NS {
+            // Whoever we wait for may be waiting for this CPU (more
+            // runnable threads than cores): let it run.  No syscall while
+            // the stream moves, and none in a short wait.
+            std::thread::yield_now();
         }
         now - since > self.limit || self.deadline.is_some_and(|d| now >= d)
     }
@@ -111,8 +123,14 @@ struct Backlog {
 }
 
 impl Backlog {
-    fn new(window: u32, tag: u8, g: &Gather, from: u64) -> Backlog {
-        Backlog { window, tag, data: g.to_vec_from(from), start: from, base: from, total: g.len() }
+    /// The buffer comes from `pool` (large ones keep their pages mapped:
+    /// a stream that backlogs a message per ring-full would otherwise pay
+    /// an mmap, page faults and an munmap for each) and goes back to it
+    /// once the message is in the ring.
+    fn new(window: u32, tag: u8, g: &Gather, from: u64, pool: &BufPool) -> Backlog {
+        let mut data = pool.take((g.len() - from) as usize);
+        g.copy_into(from, &mut data);
+        Backlog { window, tag, data, start: from, base: from, total: g.len() }
     }
 
     /// Bytes not yet in the ring.
@@ -512,7 +530,7 @@ impl Inner {
                 self.push_backlog(p);
                 return Err(Error::WouldBlock);
             }
-            tx.backlog.push_back(Backlog::new(window, tag, &g, 0));
+            tx.backlog.push_back(Backlog::new(window, tag, &g, 0, &self.buf_pool));
             tx.backlog_bytes += g.len();
             self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
             self.backlog_bytes.fetch_add(g.len(), Ordering::Relaxed);
@@ -524,10 +542,17 @@ impl Inner {
         let mut off = 0u64;
         let mut done = prod.write(tag, &g, &mut off);
         // Stream: keep copying while the receiver keeps draining (a write
-        // makes headway only when it freed space).
+        // makes headway only when it freed space), but only while this
+        // process has nothing to receive: the receiver may be a sender
+        // waiting for room in *our* inbound ring (two-way traffic), and we
+        // cannot drain it from here.  Then queue the rest and return, so the
+        // caller's progress drains it.
         let mut stall = Stall::for_message(g.len());
         while !done {
             self.ring_bell(ctl, window);
+            if self.inbound_pending() {
+                break;
+            }
             std::hint::spin_loop();
             done = prod.write(tag, &g, &mut off);
             if !done && stall.stalled_at(g.len() - off) {
@@ -535,7 +560,7 @@ impl Inner {
             }
         }
         if !done {
-            let b = Backlog::new(window, tag, &g, off);
+            let b = Backlog::new(window, tag, &g, off, &self.buf_pool);
             let n = b.left();
             tx.backlog.push_back(b);
             tx.backlog_bytes += n;
@@ -571,7 +596,9 @@ impl Inner {
             tx.backlog_bytes -= wrote;
             self.backlog_bytes.fetch_sub(wrote, Ordering::Relaxed);
             if done {
-                tx.backlog.pop_front();
+                if let Some(b) = tx.backlog.pop_front() {
+                    self.buf_pool.give(b.data);
+                }
                 self.backlog_msgs.fetch_sub(1, Ordering::Relaxed);
             } else if prod.set_waiting() {
                 continue;
@@ -586,17 +613,38 @@ impl Inner {
         }
     }
 
-    /// push_locked until the backlog is empty or the receiver stopped
-    /// draining for STREAM_STALL_NS.
+    /// push_locked until the backlog is empty, the receiver stopped
+    /// draining for STREAM_STALL_NS, or something arrived for us to
+    /// receive (see send_local).
     fn stream_push_locked(&self, ctl: &Control, tx: &mut PeerTx) {
         let mut stall = Stall::new(None);
         loop {
             self.push_locked(ctl, tx);
-            if tx.backlog.is_empty() || stall.stalled_at(tx.backlog_bytes) {
+            if tx.backlog.is_empty() || self.inbound_pending() || stall.stalled_at(tx.backlog_bytes) {
                 return;
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// While a send waits for room: does this process have something to
+    /// receive?  A sender that kept waiting would hold it up, and with it
+    /// whoever waits for room in our rings -- in two-way traffic, the very
+    /// receiver we wait on.  A window whose receive lock is taken counts:
+    /// another thread, or this one further up the stack (a send from a
+    /// receive callback), is delivering, and this wait cannot drain it.
+    fn inbound_pending(&self) -> bool {
+        let open = self.control.header().windows_open.load(Ordering::Acquire).min(MAX_WINDOWS);
+        (0..open).any(|w| {
+            let win = &self.windows[w as usize];
+            if win.inbox_ready.load(Ordering::Acquire) || self.control.window(w).new_rings.load(Ordering::Relaxed) != 0 {
+                return true;
+            }
+            match win.rx.try_lock() {
+                Some(rx) => rx.rings.iter().any(|r| r.has_data()),
+                None => true,
+            }
+        })
     }
 
     fn push_backlog(&self, p: &Peer) {
@@ -1026,13 +1074,15 @@ impl Inner {
 
     /// Before sleeping with queued sends: keep pushing while the receivers
     /// keep draining (a stream), and stop once nothing moved for
-    /// STREAM_STALL_NS.  Sleeping here instead would turn a stream into a
-    /// relay of cross-CPU wake-ups, one per ring-full.
+    /// STREAM_STALL_NS, or at once when something arrived for us (the
+    /// caller delivers it: the receiver may be waiting for room in our
+    /// rings).  Sleeping here instead would turn a stream into a relay of
+    /// cross-CPU wake-ups, one per ring-full.
     fn stream_backlog(&self, deadline: Option<u64>) {
         let mut stall = Stall::new(deadline);
         while self.backlog_msgs.load(Ordering::Relaxed) > 0 {
             self.push_all_backlogs();
-            if stall.stalled_at(self.backlog_bytes.load(Ordering::Relaxed)) {
+            if self.inbound_pending() || stall.stalled_at(self.backlog_bytes.load(Ordering::Relaxed)) {
                 return;
             }
             std::hint::spin_loop();
@@ -1046,6 +1096,8 @@ impl Inner {
         let w = &self.windows[window as usize];
         let mut stall = Stall::new(deadline);
         loop {
+            // Our own queued sends go on too: the sender may wait for them.
+            self.push_all_backlogs();
             let (mid, data) = match w.rx.try_lock() {
                 Some(rx) => (rx.rings.iter().any(|r| r.in_message()), rx.rings.iter().any(|r| r.has_data())),
                 None => return None,

@@ -27,7 +27,9 @@
 //! (bulk.rs): the ring carries a BULK record naming the slot.
 //!
 //! Whenever the writer finds the ring empty past its first HOT_BYTES, it
-//! pads to the end, so the next record starts at offset 0 again.  A
+//! pads to the end, so the next record starts at offset 0 again (only if
+//! that record fits before the pad: the reader frees the pad's bytes only
+//! when it next polls).  A
 //! ping-pong or any trickle of small messages then stays in a few hot cache
 //! lines and pages instead of walking the whole ring (each fresh line a
 //! cache miss, each fresh page a fault: 20-30% of an 8-byte MPI latency
@@ -185,17 +187,18 @@ impl<'a> Gather<'a> {
         }
     }
 
-    /// The bytes from `from` on, owned.
-    pub fn to_vec_from(&self, from: u64) -> Vec<u8> {
+    /// Replace `v`'s contents with the bytes from `from` on (a buffer
+    /// reused from a pool keeps its pages).
+    pub fn copy_into(&self, from: u64, v: &mut Vec<u8>) {
         let n = (self.total - from) as usize;
-        // copy_to takes absolute offsets.
-        let mut v = Vec::with_capacity(n);
-        // SAFETY: `v` has capacity n; copy_to writes exactly n bytes.
+        v.clear();
+        v.reserve(n);
+        // SAFETY: `v` has capacity n; copy_to (absolute offsets) writes
+        // exactly n bytes.
         unsafe {
             self.copy_to(v.as_mut_ptr(), from, n as u64);
             v.set_len(n);
         }
-        v
     }
 }
 
@@ -299,10 +302,12 @@ impl Producer {
     /// once the whole message is in the ring.
     pub fn write(&mut self, tag: u8, msg: &Gather, offset: &mut u64) -> bool {
         let total = msg.len();
+        let bulk = *offset == 0 && REC + align16(total) > self.cap / 4 && total <= self.bulk_max;
         if self.tail >= self.next_rewind_check {
-            self.rewind_if_empty();
+            // The record this call writes first: a bulk reference, or the rest.
+            self.rewind_if_empty(if bulk { REC + BULK_REF_BYTES as u64 } else { REC + align16(total - *offset) });
         }
-        if *offset == 0 && REC + align16(total) > self.cap / 4 && total <= self.bulk_max {
+        if bulk {
             if let Some(done) = self.write_bulk(tag, msg) {
                 if done {
                     *offset = total;
@@ -359,11 +364,18 @@ impl Producer {
 
     /// Past HOT_BYTES into the ring and the reader has caught up: pad to the
     /// end so the next record goes at offset 0 (see the module comment).
-    fn rewind_if_empty(&mut self) {
+    ///
+    /// Until the reader has passed the PAD, the room left is the ring's
+    /// start up to the PAD (`pos - REC`): a rewind that left no room for the
+    /// `need`-byte record about to be written would make the writer wait
+    /// for the reader's next poll with the ring empty -- a stall whenever
+    /// the reader is busy or descheduled (a 4 KiB message right after a
+    /// rewind at 4 KiB).  Such a writer goes on where it is.
+    fn rewind_if_empty(&mut self, need: u64) {
         // SYNC POINT R2 (producer side).
         self.head_cache = self.hdr().head.load(Ordering::Acquire);
         let pos = self.tail % self.cap;
-        if self.head_cache == self.tail && pos >= HOT_BYTES {
+        if self.head_cache == self.tail && pos >= HOT_BYTES && need + REC <= pos {
             // SAFETY: the ring is empty, so the consumer released every byte and
             // the PAD header fits at the 16-aligned position.
             unsafe { self.put(Record::new(0, 0, 0, PAD), None) };
@@ -667,6 +679,33 @@ mod tests {
         // 20k x 64 B would walk 1.2 MiB: the ring was rewound to its start.
         assert!(furthest <= HOT_BYTES + 64, "writes reached offset {furthest}");
         assert!(p.tail > 1 << 20);
+    }
+
+    #[test]
+    fn a_rewind_never_leaves_an_empty_ring_without_room_for_the_next_message() {
+        // Ping-pong-like: every message is read before the next is written,
+        // so the ring is empty at every write.  Whatever the sizes, a write
+        // to an empty ring must succeed without the reader polling first.
+        let (mut p, mut c) = pair("rewind", 1 << 20);
+        for i in 0..5_000usize {
+            let len = [40usize, 4096, 4110, 16_000, 60_000, 8][i % 6];
+            let m = vec![i as u8; len];
+            let parts = [&m[..]];
+            let mut off = 0;
+            assert!(p.write(1, &Gather::new(&parts), &mut off), "message {i} ({len} B) to an empty ring did not fit");
+            let got = drain(&mut c);
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].1, m);
+        }
+        // And the trickle still rewinds to the hot start.
+        let m = [5u8; 40];
+        let parts = [&m[..]];
+        for _ in 0..1000 {
+            let mut off = 0;
+            assert!(p.write(1, &Gather::new(&parts), &mut off));
+            drain(&mut c);
+        }
+        assert!(p.tail % p.cap <= 2 * HOT_BYTES, "a trickle ends near the start ({})", p.tail % p.cap);
     }
 
     #[test]
