@@ -568,6 +568,11 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
     cfg.force_tcp = c->force_tcp ? 1 : 0;
     cfg.if_include = (c->if_include && c->if_include[0]) ? c->if_include : NULL;
     cfg.if_exclude = (c->if_exclude && c->if_exclude[0]) ? c->if_exclude : NULL;
+    /* The core queues (copies) only the first send a full ring or socket
+     * refuses; later ones get WOULD_BLOCK and ob1's descriptor waits on the
+     * module's pending list, as vader's does -- no second copy of a stream
+     * that is already behind (two-way 1-4 MiB windows: 0.45x -> 0.9x vader). */
+    cfg.max_backlog = 1;
     if (c->port_min > 0) {
         int range = c->port_range > 0 ? c->port_range : 65536 - c->port_min;
         int max = c->port_min + range - 1;
