@@ -92,14 +92,23 @@ static bool is_open_pal(const char *path)
     return NULL != strstr(path, "libopen-pal.so");
 }
 
-/* Open MPI's libraries and components, not this one. */
+/* Where Open MPI completes requests and hands the progress on: libmpi,
+ * libopen-pal (wait_sync) and the pml, osc, coll and btl components -- not
+ * this one, and not the runtime's (ORTE, PMIx), whose own threads signal
+ * conditions and may still run while this component is unloaded. */
 static bool is_open_mpi(const char *path)
 {
+    static const char *const parts[] = {"libmpi.so", "libopen-pal.so", "/mca_pml_", "/mca_osc_",
+                                        "/mca_coll_", "/mca_btl_", "/mca_part_"};
     if (NULL != strstr(path, "mca_btl_doorbell")) {
         return false;
     }
-    return NULL != strstr(path, "libmpi.so") || NULL != strstr(path, "libopen-pal.so") ||
-           NULL != strstr(path, "libopen-rte.so") || NULL != strstr(path, "/mca_");
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); ++i) {
+        if (NULL != strstr(path, parts[i])) {
+            return true;
+        }
+    }
+    return false;
 }
 
 bool mca_btl_doorbell_idle_install(void)
