@@ -82,6 +82,13 @@ def fmt(v, digits=2):
     return f"{v:.{digits}f}" if v >= 1 else f"{v:.{digits + 1}f}"
 
 
+def rfmt(r, low=False):
+    """A ratio: 'x' suffix, '>=' when it is a lower bound."""
+    if r is None:
+        return "-"
+    return (">=" if low else "") + (f"{r:.0f}x" if r >= 100 else f"{r:.2f}x")
+
+
 def table(header, rows):
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
 
@@ -111,13 +118,13 @@ def programs_table(res, configs, pairs, timeout):
         for a, b in pairs:
             r = res.ratio(a, b, prog, np_)
             low = res.bound(a, prog, np_)
-            ratios.append("-" if r is None else (">=" if low else "") + f"{r:.2f}x")
+            ratios.append(rfmt(r, low))
             if r is not None:
                 verdicts.append("ok" if r <= WALL_LIMIT and not low else a + " MISSED")
         rows.append([f"{prog} np={np_}"] + cells + ratios + [", ".join(verdicts) or "-"])
         for ph in res.phases[(prog, np_)]:
             pc = [fmt(res.med(c, prog, np_, "phase", ph)) for c in configs]
-            pr = [fmt(res.ratio(a, b, prog, np_, "phase", ph)) + "x" for a, b in pairs]
+            pr = [rfmt(res.ratio(a, b, prog, np_, "phase", ph)) for a, b in pairs]
             rows.append([f"    {ph}"] + pc + pr + [""])
     table(header, rows)
     print(f"!: a round stopped at the {timeout:g} s limit (counted as {timeout:g} s, so the median "
@@ -133,7 +140,7 @@ def sized_table(res, configs, pairs, prog, np_, metric, title, higher_better):
     rows = []
     for k in keys:
         rows.append([size_label(k)] + [fmt(res.med(c, prog, np_, metric, str(k)), 1) for c in configs]
-                    + [fmt(res.ratio(a, b, prog, np_, metric, str(k))) + "x" for a, b in pairs])
+                    + [rfmt(res.ratio(a, b, prog, np_, metric, str(k))) for a, b in pairs])
     table(header, rows)
     print("ratio > 1: doorbell faster" if higher_better else "ratio < 1: doorbell faster")
 
@@ -150,7 +157,9 @@ def targets(res, pairs):
             n += 1
             low = res.bound(a, prog, np_)
             if r > WALL_LIMIT or low:
-                over.append(f"{prog}@{np_} {'>=' if low else ''}{r:.2f}x")
+                stalls = res.timeouts.get((a, prog, np_), 0)
+                over.append(f"{prog}@{np_} {rfmt(r, low)}"
+                            + (f" ({stalls} round{'s' if stalls > 1 else ''} hit the limit)" if low else ""))
             if worst is None or r > worst[0]:
                 worst = (r, f"{prog}@{np_}", low)
         if worst is None:
@@ -159,7 +168,7 @@ def targets(res, pairs):
         verdict = "met" if not over else "MISSED"
         ctx = f"{len(over)} of {n} over" + (": " + ", ".join(over) if over else "")
         out.append((f"every program, {a}/{b} wall",
-                    f"{'>=' if worst[2] else ''}{worst[0]:.2f}x ({worst[1]})",
+                    f"{rfmt(worst[0], worst[2])} ({worst[1]})",
                     f"<= {WALL_LIMIT}x", verdict, ctx))
 
     def per_size(desc, prog, np_, metric, limit, higher_better, a, b):
@@ -171,7 +180,7 @@ def targets(res, pairs):
         worst = min(rs) if higher_better else max(rs)
         bad = [size_label(k) for r, k in rs if (r < limit if higher_better else r > limit)]
         goal = (">= " if higher_better else "<= ") + f"{limit}x"
-        return (desc, f"{worst[0]:.2f}x ({size_label(worst[1])})", goal,
+        return (desc, f"{rfmt(worst[0])} ({size_label(worst[1])})", goal,
                 "met" if not bad else "MISSED",
                 f"{len(bad)} of {len(rs)} sizes miss" + (": " + ", ".join(bad) if bad else ""))
 
@@ -190,6 +199,8 @@ def plot(res, configs, pairs, path):
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
+        from matplotlib.ticker import ScalarFormatter
     except ImportError:
         print(f"no plot: matplotlib is missing (Debian: apt-get install python3-matplotlib)")
         return
@@ -198,6 +209,7 @@ def plot(res, configs, pairs, path):
     ax = axes[0]
     names = [f"{p}@{n}" for p, n in res.runs]
     width = 0.8 / max(1, len(pairs))
+    handles = []
     for i, (a, b) in enumerate(pairs):
         xs, ys, hatch = [], [], []
         for j, (p, n) in enumerate(res.runs):
@@ -206,18 +218,22 @@ def plot(res, configs, pairs, path):
                 xs.append(j + (i - (len(pairs) - 1) / 2) * width)
                 ys.append(r)
                 hatch.append(res.bound(a, p, n))
-        bars = ax.bar(xs, ys, width, label=f"{a}/{b}", color=COLORS.get(a))
+        bars = ax.bar(xs, ys, width, color=COLORS.get(a))
         for bar, h in zip(bars, hatch):
             if h:
                 bar.set_hatch("//")
-    ax.axhline(WALL_LIMIT, color="black", linestyle="--", linewidth=1, label=f"target {WALL_LIMIT}x")
+        handles.append(Patch(color=COLORS.get(a), label=f"{a}/{b}"))
+    handles.append(ax.axhline(WALL_LIMIT, color="black", linestyle="--", linewidth=1,
+                              label=f"target {WALL_LIMIT}x"))
     ax.axhline(1.0, color="grey", linewidth=0.5)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("wall time ratio (log)")
     ax.set_title("Real programs: wall time relative to the Open MPI transport (median; hatched: hit the time limit)")
-    ax.legend(fontsize=8)
+    ax.legend(handles=handles, fontsize=8)
     # 2: allreduce latency against size, every rank count of the sweep
     ax = axes[1]
     styles = {2: "-", 4: "--", 8: ":"}
@@ -234,7 +250,8 @@ def plot(res, configs, pairs, path):
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("MPI_Allreduce mean time (us, log)")
     ax.set_title("Latency: MPI_Allreduce against size (np=2 solid, 4 dashed, 8 dotted)")
-    ax.legend(fontsize=7, ncol=4)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, ncol=4)
     # 3: bidirectional bandwidth against size
     ax = axes[2]
     for c in configs:
@@ -249,7 +266,8 @@ def plot(res, configs, pairs, path):
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("MB/s, both directions (log)")
     ax.set_title("Bandwidth: 2 ranks, windows of 64 Isend + 64 Irecv each way")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     print(f"plot written to {path}")

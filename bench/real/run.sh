@@ -32,7 +32,7 @@
 #                 threads mpi4py)
 #   NPS           rank counts to run where a program supports several
 #                 (default "2 4 8")
-#   TIMEOUT       seconds per run (default 30; healthy runs take 0.5-3 s on
+#   TIMEOUT       seconds per run (default 20; healthy runs take 0.5-3 s on
 #                 vader, tcp up to ~10 s)
 #   SCALE         multiplies every program's iteration counts (default 1)
 #   BENCH_LOCK    lock file taken around each run (default /tmp/doorbell-bench.lock)
@@ -47,7 +47,7 @@ root=$(cd "$here/../.." && pwd)
 OUT=${OUT:-$root/target/bench-real}
 QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then ROUNDS=${ROUNDS:-1}; else ROUNDS=${ROUNDS:-3}; fi
-TIMEOUT=${TIMEOUT:-30}
+TIMEOUT=${TIMEOUT:-20}
 SCALE=${SCALE:-1}
 NPS=${NPS:-2 4 8}
 BENCH_LOCK=${BENCH_LOCK-/tmp/doorbell-bench.lock}
