@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "mpi.h"
+#include "ompi/win/win.h"
 
 #include "btl_doorbell_blocking.h"
 #include "btl_doorbell_got.h"
@@ -83,18 +84,6 @@ static inline void leave(void)
     X(Neighbor_alltoall, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm), (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)) \
     X(Neighbor_alltoallv, (const void *sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, void *recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm), (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)) \
     X(Neighbor_alltoallw, (const void *sendbuf, const int sendcounts[], const MPI_Aint sdispls[], const MPI_Datatype sendtypes[], void *recvbuf, const int recvcounts[], const MPI_Aint rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm), (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)) \
-    X(Win_fence, (int assert, MPI_Win win), (assert, win)) \
-    X(Win_complete, (MPI_Win win), (win)) \
-    X(Win_wait, (MPI_Win win), (win)) \
-    X(Win_start, (MPI_Group group, int assert, MPI_Win win), (group, assert, win)) \
-    X(Win_lock, (int lock_type, int rank, int assert, MPI_Win win), (lock_type, rank, assert, win)) \
-    X(Win_unlock, (int rank, MPI_Win win), (rank, win)) \
-    X(Win_lock_all, (int assert, MPI_Win win), (assert, win)) \
-    X(Win_unlock_all, (MPI_Win win), (win)) \
-    X(Win_flush, (int rank, MPI_Win win), (rank, win)) \
-    X(Win_flush_all, (MPI_Win win), (win)) \
-    X(Win_flush_local, (int rank, MPI_Win win), (rank, win)) \
-    X(Win_flush_local_all, (MPI_Win win), (win)) \
     X(Comm_dup, (MPI_Comm comm, MPI_Comm *newcomm), (comm, newcomm)) \
     X(Comm_split, (MPI_Comm comm, int color, int key, MPI_Comm *newcomm), (comm, color, key, newcomm)) \
     X(Comm_create, (MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm), (comm, group, newcomm)) \
@@ -109,6 +98,21 @@ static inline void leave(void)
     X(File_read_at_all, (MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Status *status), (fh, offset, buf, count, datatype, status)) \
     X(File_write_at_all, (MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status), (fh, offset, buf, count, datatype, status)) \
     X(File_sync, (MPI_File fh), (fh))
+
+/* X(name, parameters, arguments): RMA synchronisation; each has a `win`. */
+#define DOORBELL_RMA_CALLS(X) \
+    X(Win_fence, (int assert, MPI_Win win), (assert, win)) \
+    X(Win_complete, (MPI_Win win), (win)) \
+    X(Win_wait, (MPI_Win win), (win)) \
+    X(Win_start, (MPI_Group group, int assert, MPI_Win win), (group, assert, win)) \
+    X(Win_lock, (int lock_type, int rank, int assert, MPI_Win win), (lock_type, rank, assert, win)) \
+    X(Win_unlock, (int rank, MPI_Win win), (rank, win)) \
+    X(Win_lock_all, (int assert, MPI_Win win), (assert, win)) \
+    X(Win_unlock_all, (MPI_Win win), (win)) \
+    X(Win_flush, (int rank, MPI_Win win), (rank, win)) \
+    X(Win_flush_all, (MPI_Win win), (win)) \
+    X(Win_flush_local, (int rank, MPI_Win win), (rank, win)) \
+    X(Win_flush_local_all, (MPI_Win win), (win))
 
 /* Two wrappers per call: one for the MPI_ name, which calls what that name
  * resolves to (a PMPI tool's MPI_Recv, if one is loaded, else Open MPI's),
@@ -133,6 +137,73 @@ static inline void leave(void)
     }
 DOORBELL_BLOCKING_CALLS(DEFINE_WRAPPERS)
 
+/* RMA synchronisation blocks only on a window whose one-sided component
+ * moves its synchronisation as messages (osc pt2pt, over the BTLs: a
+ * doorbell wakes the waiter).  osc sm posts, completes and unlocks by
+ * storing flags in shared memory, which ring no doorbell: a sleeper there
+ * would wait for its timeout (16 ms per PSCW epoch), so such a call spins
+ * like MPI_Test (and yields when Open MPI asks). */
+static bool osc_sends_messages(const void *fn)
+{
+    Dl_info info;
+    return 0 != dladdr(fn, &info) && NULL != info.dli_fname &&
+           NULL != strstr(info.dli_fname, "mca_osc_pt2pt");
+}
+
+static bool win_may_sleep(MPI_Win win)
+{
+    /* a few modules per thread: no lock, no race */
+    static __thread struct {
+        const void *module;
+        bool sleeps;
+    } seen[8];
+    static __thread unsigned int next;
+    const ompi_win_t *w = (const ompi_win_t *) win;
+
+    if (NULL == w || NULL == w->w_osc_module) { /* MPI_WIN_NULL has no module */
+        return false;
+    }
+    for (unsigned int i = 0; i < 8; ++i) {
+        if (seen[i].module == w->w_osc_module) {
+            return seen[i].sleeps;
+        }
+    }
+    bool sleeps = osc_sends_messages((const void *) w->w_osc_module->osc_fence);
+    seen[next % 8].module = w->w_osc_module;
+    seen[next % 8].sleeps = sleeps;
+    ++next;
+    return sleeps;
+}
+
+#define DEFINE_RMA_WRAPPERS(name, params, args)     \
+    static int(*real_MPI_##name) params;            \
+    static int wrap_MPI_##name params               \
+    {                                               \
+        bool b = win_may_sleep(win);                \
+        if (b) {                                    \
+            enter();                                \
+        }                                           \
+        int rc = real_MPI_##name args;              \
+        if (b) {                                    \
+            leave();                                \
+        }                                           \
+        return rc;                                  \
+    }                                               \
+    static int(*real_PMPI_##name) params;           \
+    static int wrap_PMPI_##name params              \
+    {                                               \
+        bool b = win_may_sleep(win);                \
+        if (b) {                                    \
+            enter();                                \
+        }                                           \
+        int rc = real_PMPI_##name args;             \
+        if (b) {                                    \
+            leave();                                \
+        }                                           \
+        return rc;                                  \
+    }
+DOORBELL_RMA_CALLS(DEFINE_RMA_WRAPPERS)
+
 typedef struct {
     const char *name;
     void **real;
@@ -142,7 +213,8 @@ typedef struct {
 #define TABLE_ENTRIES(name, params, args)                                          \
     {"MPI_" #name, (void **) &real_MPI_##name, (void *) wrap_MPI_##name},          \
     {"PMPI_" #name, (void **) &real_PMPI_##name, (void *) wrap_PMPI_##name},
-static const blocking_call_t blocking_calls[] = {DOORBELL_BLOCKING_CALLS(TABLE_ENTRIES)};
+static const blocking_call_t blocking_calls[] = {DOORBELL_BLOCKING_CALLS(TABLE_ENTRIES)
+                                                     DOORBELL_RMA_CALLS(TABLE_ENTRIES)};
 
 /* The program ("" in the link map) and its libraries, not Open MPI's own (whose internal calls
  * never go through the MPI_ names) and not this component. */

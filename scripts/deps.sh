@@ -5,5 +5,5 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y --no-install-recommends \
     build-essential cmake pkg-config git binutils procps iproute2 util-linux \
-    openmpi-bin libopenmpi-dev netpipe-openmpi python3-mpi4py python3-numpy \
+    openmpi-bin libopenmpi-dev netpipe-openmpi python3-mpi4py python3-numpy python3-matplotlib \
     clang libclang-dev

@@ -55,8 +55,7 @@ suite loom env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$ROOT/target/loom" cargo
 suite c-tests c-tests/run.sh
 suite component ompi/check.sh
 suite mpi-tests mpi-tests/run.sh
-# Guard until mpi-tests/stall.sh lands; then an unconditional suite line.
-if [[ -f mpi-tests/stall.sh ]]; then suite stall mpi-tests/stall.sh; fi
+suite stall mpi-tests/stall.sh
 suite two-node mpi-tests/netns/run.sh
 
 [[ ${#failed_suites[@]} -eq 0 ]] || echo "failed suites: ${failed_suites[*]}"
