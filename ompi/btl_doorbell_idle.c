@@ -199,6 +199,12 @@ static void spin_vain(mca_btl_doorbell_module_t *m)
 
     l->spins_vain++;
     m->last_path = p;
+    if (ompi_wants_yield()) {
+        /* oversubscribed: the spin yields the core at every idle pass, so
+         * it costs the ranks that share it little, and a sleeper's wake-up
+         * would wait for a core; keep spinning */
+        return;
+    }
     if (!l->short_spin) {
         if (++l->misses >= SPIN_MISSES) {
             l->short_spin = true;
