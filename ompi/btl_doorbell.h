@@ -45,6 +45,7 @@ typedef struct mca_btl_doorbell_component_t {
     int port_min;
     int port_range;
     bool force_tcp;
+    bool single_copy;           /* offer btl_get (process_vm_readv) to same-node peers */
     int verbose;
     int free_list_num;
     int free_list_max;
@@ -126,6 +127,7 @@ typedef struct mca_btl_doorbell_module_t {
     uint64_t sleeps;
     uint64_t sleep_timeouts;
     uint64_t sends_queued;
+    uint64_t single_copy_reads;       /* btl_get calls served by process_vm_readv */
 } mca_btl_doorbell_module_t;
 
 extern mca_btl_doorbell_module_t mca_btl_doorbell_module;
@@ -169,6 +171,24 @@ void mca_btl_doorbell_recv_cb(void *ctx, uint32_t task, uint32_t window, uint8_t
 
 /* A peer's process is gone (core reported PEER_LOST for `task`). */
 void mca_btl_doorbell_peer_lost(mca_btl_doorbell_module_t *module, uint32_t task);
+
+/* ---- single-copy reads (btl_doorbell_get.c) ---- */
+
+/* What every rank publishes in the modex before the core's address. */
+typedef struct {
+    uint64_t pid;
+    uint64_t probe_address;     /* &mca_btl_doorbell_cma_probe_word */
+} mca_btl_doorbell_modex_head_t;
+
+extern const uint64_t mca_btl_doorbell_cma_probe_word;
+/* true if this process can read the peer's memory */
+bool mca_btl_doorbell_cma_probe(pid_t pid, uint64_t probe_address);
+int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
+                         void *local_address, uint64_t remote_address,
+                         struct mca_btl_base_registration_handle_t *local_handle,
+                         struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                         int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
+                         void *cbcontext, void *cbdata);
 
 /* ---- the idle point (btl_doorbell_idle.c) ---- */
 

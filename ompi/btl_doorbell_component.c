@@ -352,6 +352,16 @@ static int doorbell_component_register(void)
         MCA_BASE_VAR_SCOPE_READONLY, &c->force_tcp);
     note_param_error(rc, "btl_doorbell_force_tcp");
 
+    c->single_copy = true;
+    rc = mca_base_component_var_register(
+        &c->super.btl_version, "single_copy",
+        "Large messages to same-node peers in one copy: the receiver reads the sender's buffer "
+        "with process_vm_readv (ob1's RGET), as vader's CMA does.  Off, or when the peer's "
+        "memory cannot be read, they go through the ring (two copies)",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, MCA_BASE_VAR_FLAG_SETTABLE, OPAL_INFO_LVL_4,
+        MCA_BASE_VAR_SCOPE_READONLY, &c->single_copy);
+    note_param_error(rc, "btl_doorbell_single_copy");
+
     c->verbose = 0;
     rc = reg_int("verbose",
                  "Verbosity: >= 1 prints, at finalize, this rank's doorbell counters and the "
@@ -392,6 +402,11 @@ static int doorbell_component_register(void)
      * point at user memory.  No progress thread: receive callbacks run only
      * on the thread that calls progress. */
     m->btl_flags = MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_SEND_INPLACE;
+    /* btl_get (MCA_BTL_FLAGS_GET is added at init when single_copy is on):
+     * any size, any alignment, no registration */
+    m->btl_get_limit = SIZE_MAX;
+    m->btl_get_alignment = 0;
+    m->btl_registration_handle_size = 0;
     m->btl_latency = 1;
     m->btl_bandwidth = 20000;
     return mca_btl_base_param_register(&c->super.btl_version, m);
@@ -599,7 +614,15 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
         return NULL;
     }
 
-    rc = mca_btl_doorbell_modex_send(blob, blob_len);
+    /* the modex carries this rank's pid and probe word before the address */
+    uint8_t modex[sizeof(mca_btl_doorbell_modex_head_t) + sizeof(blob)];
+    mca_btl_doorbell_modex_head_t head = {
+        .pid = (uint64_t) getpid(),
+        .probe_address = (uint64_t) (uintptr_t) &mca_btl_doorbell_cma_probe_word,
+    };
+    memcpy(modex, &head, sizeof(head));
+    memcpy(modex + sizeof(head), blob, blob_len);
+    rc = mca_btl_doorbell_modex_send(modex, sizeof(head) + blob_len);
     if (OPAL_SUCCESS != rc) {
         mca_btl_doorbell_show_help(false, "modex-failed",
                                    "could not publish this rank's address (error %d); the "
@@ -622,6 +645,10 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
     }
     modules[0] = &mca_btl_doorbell_module.super;
     c->module = &mca_btl_doorbell_module;
+    if (c->single_copy && !c->force_tcp) {
+        /* cleared again by add_procs for a peer that cannot be read */
+        mca_btl_doorbell_module.super.btl_flags |= MCA_BTL_FLAGS_GET;
+    }
     if (DOORBELL_WAIT_POLL != c->wait_mode && !mca_btl_doorbell_idle_install()) {
         opal_output_verbose(1, c->output,
                             "btl doorbell: cannot hook Open MPI's idle point (sched_yield in "

@@ -4,6 +4,8 @@
 
 #include "opal_config.h"
 
+#include <sys/types.h>
+
 #include "opal/class/opal_list.h"
 #include "opal/util/proc.h"
 
@@ -16,6 +18,8 @@ struct mca_btl_base_endpoint_t {
     struct opal_proc_t *proc;
     uint32_t task;              /* core task id (== proc vpid) */
     int path;                   /* doorbell_peer_path at connect: 1 shm, 2 tcp */
+    pid_t pid;                  /* the peer's process id (from its modex) */
+    bool cma;                   /* its memory can be read: btl_get works */
 
     /* descriptors the core refused (WOULD_BLOCK), in send order; while any
      * are queued, later sends queue behind them (module->pending_lock) */

@@ -36,6 +36,7 @@ mca_btl_doorbell_module_t mca_btl_doorbell_module = {
     .super = {
         .btl_component = &mca_btl_doorbell_component.super,
         .btl_add_procs = mca_btl_doorbell_add_procs,
+        .btl_get = mca_btl_doorbell_get,
         .btl_del_procs = mca_btl_doorbell_del_procs,
         .btl_finalize = mca_btl_doorbell_finalize,
         .btl_alloc = mca_btl_doorbell_alloc,
@@ -133,6 +134,7 @@ int mca_btl_doorbell_module_init(mca_btl_doorbell_module_t *module, doorbell_end
     module->sleep_allowed = false;
     module->finalizing = false;
     module->sleeps = 0;
+    module->single_copy_reads = 0;
     module->sleep_timeouts = 0;
     module->sends_queued = 0;
     return OPAL_SUCCESS;
@@ -213,7 +215,15 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
                             OPAL_NAME_PRINT(proc->proc_name), rc);
         return NULL;
     }
-    rc = doorbell_connect(module->core, blob, blob_len, &task);
+    mca_btl_doorbell_modex_head_t head;
+    if (blob_len < sizeof(head)) {
+        opal_output(0, "btl doorbell: the doorbell address of %s is %zu bytes, too short",
+                    OPAL_NAME_PRINT(proc->proc_name), blob_len);
+        free(blob);
+        return NULL;
+    }
+    memcpy(&head, blob, sizeof(head));
+    rc = doorbell_connect(module->core, blob + sizeof(head), blob_len - sizeof(head), &task);
     free(blob);
     if (DOORBELL_OK != rc) {
         opal_output(0, "btl doorbell: connecting to %s failed: %s (%d)",
@@ -253,6 +263,20 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
     ep->proc = proc;
     ep->task = task;
     ep->path = path;
+    ep->pid = (pid_t) head.pid;
+    /* single copy needs a same-node peer whose memory this process can
+     * read; one that cannot be read ends GET for the endpoints bml adds
+     * from now on (it reads the flag per endpoint, after add_procs) */
+    ep->cma = 1 == path && (module->super.btl_flags & MCA_BTL_FLAGS_GET) &&
+              mca_btl_doorbell_cma_probe(ep->pid, head.probe_address);
+    if (!ep->cma && (module->super.btl_flags & MCA_BTL_FLAGS_GET)) {
+        module->super.btl_flags &= ~MCA_BTL_FLAGS_GET;
+        opal_output_verbose(1, c->output,
+                            "btl doorbell: %s cannot be read with process_vm_readv (%s); large "
+                            "messages to it and to later peers go through the ring",
+                            OPAL_NAME_PRINT(proc->proc_name),
+                            1 == path ? "other pid namespace or ptrace policy" : "reached over tcp");
+    }
     module->peers[task] = ep;
 
     opal_output_verbose(10, c->output, "btl doorbell: task %u -> %s is task %u via %s",
@@ -364,7 +388,7 @@ static void report_counters(mca_btl_doorbell_module_t *module)
                         "wakeups=%llu spurious_wakeups=%llu shm_sent=%llu shm_received=%llu "
                         "tcp_sent=%llu tcp_received=%llu shm_wakeups=%llu tcp_wakeups=%llu "
                         "peers_lost=%llu strangers_rejected=%llu sleeps=%llu sleep_timeouts=%llu "
-                        "sends_queued=%llu",
+                        "sends_queued=%llu single_copy_reads=%llu",
                         module->my_task, (unsigned long long) k.notifies_sent,
                         (unsigned long long) k.notifies_skipped, (unsigned long long) k.wakeups,
                         (unsigned long long) k.spurious_wakeups, (unsigned long long) k.shm_sent,
@@ -374,7 +398,8 @@ static void report_counters(mca_btl_doorbell_module_t *module)
                         (unsigned long long) k.strangers_rejected,
                         (unsigned long long) module->sleeps,
                         (unsigned long long) module->sleep_timeouts,
-                        (unsigned long long) module->sends_queued);
+                        (unsigned long long) module->sends_queued,
+                        (unsigned long long) module->single_copy_reads);
     for (int p = 1; p <= 2; ++p) {
         const mca_btl_doorbell_spin_learner_t *l = &module->learner[p];
         opal_output_verbose(1, c->output,

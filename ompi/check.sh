@@ -68,7 +68,7 @@ grep_in ompi_info '^ *MCA btl: doorbell ' "ompi_info lists MCA btl: doorbell"
 
 run ompi_info_params timeout 60 ompi_info --param btl doorbell --level 9 || true
 for p in wait_mode spin_us sleep_max_us ring_size if_include if_exclude port_min port_range \
-         force_tcp verbose eager_limit max_send_size; do
+         force_tcp single_copy verbose eager_limit max_send_size; do
     grep_in ompi_info_params "parameter \"btl_doorbell_$p\"" "parameter btl_doorbell_$p registered"
 done
 
@@ -89,6 +89,20 @@ for np in 2 4; do
         fi
     done
 done
+
+# large contiguous messages to same-node peers: one copy (ob1's RGET, read
+# with process_vm_readv), unless switched off or over TCP
+reads() { grep -Eo 'single_copy_reads=[0-9]+' "$WORK/$1.out" | awk -F= '{s += $2} END {print s + 0}'; }
+r=$(reads exchange_np2_tcp0)
+if [ "$r" -gt 0 ]; then pass "single copy: $r large messages read with process_vm_readv"; else
+    fail "single copy: no large message read with process_vm_readv"; fi
+r=$(reads exchange_np2_tcp1)
+if [ "$r" -eq 0 ]; then pass "single copy: none over force_tcp"; else fail "single copy: $r reads over force_tcp"; fi
+run exchange_no_single_copy "${MPIRUN[@]}" -np 2 --mca btl self,doorbell --mca btl_doorbell_single_copy 0 \
+    --mca btl_doorbell_verbose 1 "$WORK/btl_probe" exchange || true
+r=$(reads exchange_no_single_copy)
+if [ "$r" -eq 0 ]; then pass "single copy off: messages go through the ring"; else
+    fail "single copy off: still $r reads"; fi
 
 run exchange_env env OMPI_MCA_btl=self,doorbell "${MPIRUN[@]}" -np 2 "$WORK/btl_probe" exchange || true
 
