@@ -94,6 +94,8 @@ static const char *code_name(int code) {
       "DOORBELL_ERR_NO_INTERFACE",
       "DOORBELL_ERR_BUFFER_TOO_SMALL",
       "DOORBELL_ERR_INTERNAL",
+      "DOORBELL_ERR_SHM_REFUSED",
+      "DOORBELL_ERR_IN_USE",
   };
   if (code > 0) return "positive count";
   if (-code < (int)(sizeof names / sizeof names[0])) return names[-code];

@@ -93,6 +93,20 @@
 #define DOORBELL_ERR_INTERNAL -14
 
 /*
+ A file in the shared-memory directory where doorbell needs one was
+ refused: a symbolic link, not a regular file, owned by another user, or
+ with group/other permission bits.  stderr names the file and the reason.
+ */
+#define DOORBELL_ERR_SHM_REFUSED -15
+
+/*
+ Another live endpoint on this node uses the same job key and task (for
+ example two programs with the default job key "doorbell"); stderr names
+ its control file.  Pass a job key of your own.
+ */
+#define DOORBELL_ERR_IN_USE -16
+
+/*
  The endpoint's mode (config, or env DOORBELL_WAIT_MODE).
  */
 #define DOORBELL_WAIT_DEFAULT 0
@@ -309,13 +323,20 @@ extern "C" {
 #endif // __cplusplus
 
 /*
- Fill `*cfg` with defaults (task 0, node_id 0, job "doorbell").
+ Fill `*cfg` with defaults (task 0, node_id 0, job "doorbell").  The
+ default job key is the same in every program: a second program that
+ creates an endpoint with it and a task a live one uses on this node gets
+ DOORBELL_ERR_IN_USE (it never shares the first one's segments); programs
+ that may run side by side should pass a job key of their own.
  */
 int doorbell_config_init(struct doorbell_config *cfg);
 
 /*
  Create the endpoint: control segment, TCP listener, FLIH thread; window 0
- is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE, SHM, NO_INTERFACE, NETWORK.
+ is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE, SHM, SHM_REFUSED (a
+ symlink or foreign file at the control segment's name), IN_USE (a live
+ endpoint has the same job key and task on this node), NO_INTERFACE,
+ NETWORK.
  */
 int doorbell_endpoint_create(const struct doorbell_config *cfg, struct doorbell_endpoint **out);
 
@@ -355,7 +376,8 @@ int doorbell_window_open(struct doorbell_endpoint *ep, uint32_t *window_out);
  once the bytes are copied (ring, socket or the peer's backlog): the
  buffer is free at once.  Messages to one (task, window) arrive in order.
  Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST,
- NO_SHM_SPACE, NETWORK.
+ NO_SHM_SPACE, SHM, SHM_REFUSED (the peer's control segment or our ring's
+ name is a symlink or a foreign file), NETWORK.
  */
 int doorbell_send(struct doorbell_endpoint *ep, uint32_t task, uint32_t window, uint8_t tag, const void *data, size_t len);
 

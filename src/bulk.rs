@@ -40,7 +40,7 @@
 //!   also covers a sender waiting for a slot.
 
 use crate::error::{Error, Result};
-use crate::shm::{bulk_name, Segment, ShmSafe};
+use crate::shm::{bulk_name, Owner, Segment, ShmSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub const BULK_MAGIC: u64 = u64::from_le_bytes(*b"DBBULK\0\0");
@@ -143,9 +143,11 @@ impl BulkProducer {
             return Err(Error::BadLength);
         }
         let name = bulk_name(job, src, dst, window, generation);
-        let seg = Segment::create(dir, &name, DATA_OFFSET + SLOTS * slot_bytes as usize)?;
-        // SAFETY: the segment is new and not yet announced; these plain writes
-        // are published by the Release store of `version`.
+        let seg = Segment::create(dir, &name, DATA_OFFSET + SLOTS * slot_bytes as usize, Owner::Unlocked)?;
+        // SAFETY: the segment is new, at least DATA_OFFSET long and page
+        // aligned, and not yet announced; no reference into it exists yet.
+        // These plain writes through the mapping's raw pointer are published
+        // by the Release store of `version`.
         unsafe {
             let h = seg.base() as *mut BulkHeader;
             (*h).magic = BULK_MAGIC;
@@ -209,10 +211,13 @@ impl BulkConsumer {
         let mut seg = Segment::open(dir, &bulk_name(job, src, dst, window, generation), DATA_OFFSET)?;
         seg.unlink();
         let h = header(&seg);
+        // SYNC POINT (version, reader side): the header fields are published;
+        // no plain field is read before this load.
+        if h.version.load(Ordering::Acquire) != BULK_VERSION {
+            return Err(Error::Shm);
+        }
         let slot_bytes = h.slot_bytes as u64;
-        // SYNC POINT (version, reader side): the header fields are published.
-        let ok = h.version.load(Ordering::Acquire) == BULK_VERSION
-            && h.magic == BULK_MAGIC
+        let ok = h.magic == BULK_MAGIC
             && h.producer_task == src
             && h.consumer_task == dst
             && h.window == window

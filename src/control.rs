@@ -8,7 +8,7 @@
 
 use crate::config::{MAX_TASKS, MAX_WINDOWS};
 use crate::error::{Error, Result};
-use crate::shm::{control_name, Segment, ShmSafe};
+use crate::shm::{control_name, Owner, Segment, ShmSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DBCTRL\0\0");
@@ -66,17 +66,19 @@ pub struct Control {
 
 impl Control {
     pub fn create(dir: &str, job: &str, task: u32) -> Result<Control> {
-        let seg = Segment::create(dir, &control_name(job, task), CONTROL_BYTES)?;
+        let seg = Segment::create(dir, &control_name(job, task), CONTROL_BYTES, Owner::Locked)?;
         let c = Control { seg };
-        let h = c.header();
-        // SAFETY: we created the segment and nobody validates it before
-        // `version` is published below; plain writes to the header are ours alone.
+        // SAFETY: the segment is CONTROL_BYTES long and page aligned; we
+        // created it, no reference into it exists yet, and nobody validates
+        // it before `version` is published below, so these plain writes
+        // through the mapping's raw pointer are ours alone.
         unsafe {
             let p = c.seg.base() as *mut ControlHeader;
             (*p).magic = CONTROL_MAGIC;
             (*p).owner_pid = std::process::id();
             (*p).owner_task = task;
         }
+        let h = c.header();
         h.windows_open.store(1, Ordering::Relaxed);
         // SYNC POINT B: publishes the header fields above (Acquire in `open`).
         h.version.store(CONTROL_VERSION, Ordering::Release);

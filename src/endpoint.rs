@@ -460,9 +460,11 @@ impl Inner {
         if let Some(c) = p.control.get() {
             return Ok(c);
         }
-        let c = Control::open(&self.cfg.shm_dir, &self.cfg.job, p.task).map_err(|_| {
+        let c = Control::open(&self.cfg.shm_dir, &self.cfg.job, p.task).map_err(|e| {
             if p.lost.load(Ordering::Acquire) {
                 Error::PeerLost
+            } else if e == Error::ShmRefused {
+                e
             } else {
                 Error::Shm
             }

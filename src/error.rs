@@ -19,6 +19,8 @@ pub enum Error {
     NoInterface,
     BufferTooSmall,
     Internal,
+    ShmRefused,
+    InUse,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -41,6 +43,8 @@ impl Error {
             Error::NoInterface => -12,
             Error::BufferTooSmall => -13,
             Error::Internal => -14,
+            Error::ShmRefused => -15,
+            Error::InUse => -16,
         }
     }
 
@@ -65,6 +69,12 @@ impl Error {
             Error::NoInterface => c"no network interface matches if_include/if_exclude",
             Error::BufferTooSmall => c"buffer too small",
             Error::Internal => c"internal error (a bug; please report)",
+            Error::ShmRefused => {
+                c"refused a file in the shared-memory directory: a symbolic link, not this user's, or open to group/other (named on stderr)"
+            }
+            Error::InUse => {
+                c"job key and task in use by a live endpoint on this node: pass a job key of your own (the file is named on stderr)"
+            }
         }
     }
 
@@ -81,7 +91,7 @@ impl Error {
     }
 }
 
-pub const ALL: [Error; 14] = [
+pub const ALL: [Error; 16] = [
     Error::InvalidArgument,
     Error::UnknownWindow,
     Error::UnknownTask,
@@ -96,6 +106,8 @@ pub const ALL: [Error; 14] = [
     Error::NoInterface,
     Error::BufferTooSmall,
     Error::Internal,
+    Error::ShmRefused,
+    Error::InUse,
 ];
 
 impl fmt::Display for Error {

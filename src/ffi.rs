@@ -40,6 +40,14 @@ pub const DOORBELL_ERR_NO_INTERFACE: c_int = -12;
 pub const DOORBELL_ERR_BUFFER_TOO_SMALL: c_int = -13;
 /// A bug (a caught panic); the endpoint stays usable.
 pub const DOORBELL_ERR_INTERNAL: c_int = -14;
+/// A file in the shared-memory directory where doorbell needs one was
+/// refused: a symbolic link, not a regular file, owned by another user, or
+/// with group/other permission bits.  stderr names the file and the reason.
+pub const DOORBELL_ERR_SHM_REFUSED: c_int = -15;
+/// Another live endpoint on this node uses the same job key and task (for
+/// example two programs with the default job key "doorbell"); stderr names
+/// its control file.  Pass a job key of your own.
+pub const DOORBELL_ERR_IN_USE: c_int = -16;
 
 /// The endpoint's mode (config, or env DOORBELL_WAIT_MODE).
 pub const DOORBELL_WAIT_DEFAULT: u32 = 0;
@@ -149,7 +157,9 @@ unsafe fn opt_str(p: *const c_char) -> Result<Option<String>, Error> {
     if p.is_null() {
         return Ok(None);
     }
-    CStr::from_ptr(p).to_str().map(|s| Some(s.to_owned())).map_err(|_| Error::InvalidArgument)
+    // SAFETY: not NULL (checked above), NUL-terminated (the caller's contract).
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map(|s| Some(s.to_owned())).map_err(|_| Error::InvalidArgument)
 }
 
 fn endpoint<'a>(ep: *const doorbell_endpoint) -> Result<&'a Endpoint, Error> {
@@ -158,7 +168,11 @@ fn endpoint<'a>(ep: *const doorbell_endpoint) -> Result<&'a Endpoint, Error> {
     unsafe { ep.as_ref() }.map(|e| &e.ep).ok_or(Error::InvalidArgument)
 }
 
-/// Fill `*cfg` with defaults (task 0, node_id 0, job "doorbell").
+/// Fill `*cfg` with defaults (task 0, node_id 0, job "doorbell").  The
+/// default job key is the same in every program: a second program that
+/// creates an endpoint with it and a task a live one uses on this node gets
+/// DOORBELL_ERR_IN_USE (it never shares the first one's segments); programs
+/// that may run side by side should pass a job key of their own.
 #[no_mangle]
 pub extern "C" fn doorbell_config_init(cfg: *mut doorbell_config) -> c_int {
     guard(|| {
@@ -220,7 +234,10 @@ fn config_from_c(c: &doorbell_config) -> Result<Config, Error> {
 }
 
 /// Create the endpoint: control segment, TCP listener, FLIH thread; window 0
-/// is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE, SHM, NO_INTERFACE, NETWORK.
+/// is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE, SHM, SHM_REFUSED (a
+/// symlink or foreign file at the control segment's name), IN_USE (a live
+/// endpoint has the same job key and task on this node), NO_INTERFACE,
+/// NETWORK.
 #[no_mangle]
 pub extern "C" fn doorbell_endpoint_create(cfg: *const doorbell_config, out: *mut *mut doorbell_endpoint) -> c_int {
     guard(|| {
@@ -317,7 +334,8 @@ pub extern "C" fn doorbell_window_open(ep: *mut doorbell_endpoint, window_out: *
 /// once the bytes are copied (ring, socket or the peer's backlog): the
 /// buffer is free at once.  Messages to one (task, window) arrive in order.
 /// Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST,
-/// NO_SHM_SPACE, NETWORK.
+/// NO_SHM_SPACE, SHM, SHM_REFUSED (the peer's control segment or our ring's
+/// name is a symlink or a foreign file), NETWORK.
 #[no_mangle]
 pub extern "C" fn doorbell_send(
     ep: *mut doorbell_endpoint,
@@ -498,6 +516,13 @@ pub extern "C" fn doorbell_error_string(code: c_int) -> *const c_char {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_codes_match_the_rust_codes() {
+        assert_eq!(DOORBELL_ERR_INTERNAL, Error::Internal.code());
+        assert_eq!(DOORBELL_ERR_SHM_REFUSED, Error::ShmRefused.code());
+        assert_eq!(DOORBELL_ERR_IN_USE, Error::InUse.code());
+    }
 
     #[test]
     fn error_strings_match_the_rust_messages() {

@@ -8,6 +8,8 @@
 
 //! Under `--cfg loom` only the bell protocol is built, for the model checker.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 #[cfg(not(loom))]
 pub mod address;
 pub mod bell;

@@ -57,7 +57,7 @@
 
 use crate::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK_REF_BYTES};
 use crate::error::{Error, Result};
-use crate::shm::{ring_name, Segment, ShmSafe};
+use crate::shm::{ring_name, Owner, Segment, ShmSafe};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"DBRING\0\0");
@@ -128,7 +128,10 @@ fn stamp_for(pos: u64) -> u32 {
 /// The stamp word of the record at data offset `off`.
 /// SAFETY (caller): `data + off + REC` is inside the mapping, `off` 16-aligned.
 unsafe fn stamp_at<'a>(data: *mut u8, off: u64) -> &'a AtomicU32 {
-    &*(data.add((off + STAMP_AT) as usize) as *const AtomicU32)
+    // SAFETY: in the mapping and 4-aligned (off is 16-aligned, STAMP_AT 12)
+    // by the caller's contract; the stamp word is only ever accessed as an
+    // AtomicU32 (from both processes), and the mapping outlives the ring.
+    unsafe { &*(data.add((off + STAMP_AT) as usize) as *const AtomicU32) }
 }
 
 // SAFETY: repr(C), integers and atomics only, all-zero is valid.
@@ -180,8 +183,14 @@ impl<'a> Gather<'a> {
                 continue;
             }
             let n = (plen - from).min(len);
-            std::ptr::copy_nonoverlapping(p.as_ptr().add(from as usize), dst, n as usize);
-            dst = dst.add(n as usize);
+            // SAFETY: from + n <= plen, so the source range is inside `p`;
+            // dst has room for the remaining `len >= n` bytes (the caller's
+            // contract), and a piece of a caller's message cannot overlap
+            // the ring or buffer we copy into.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p.as_ptr().add(from as usize), dst, n as usize);
+                dst = dst.add(n as usize);
+            }
             len -= n;
             from = 0;
         }
@@ -232,9 +241,11 @@ pub struct Producer {
 impl Producer {
     /// Create the ring segment from `src` to (`dst`, `window`).
     pub fn create(dir: &str, job: &str, src: u32, dst: u32, window: u32, capacity: u32, bulk_max: u64) -> Result<Producer> {
-        let seg = Segment::create(dir, &ring_name(job, src, dst, window), HEADER_BYTES + capacity as usize)?;
-        // SAFETY: the segment is new and not yet announced to anyone; these
-        // plain writes are published by the Release store of `version`.
+        let seg = Segment::create(dir, &ring_name(job, src, dst, window), HEADER_BYTES + capacity as usize, Owner::Unlocked)?;
+        // SAFETY: the segment is new, HEADER_BYTES + capacity long and page
+        // aligned, and not yet announced to anyone; no reference into it
+        // exists yet.  These plain writes through the mapping's raw pointer
+        // are published by the Release store of `version`.
         unsafe {
             let h = seg.base() as *mut RingHeader;
             (*h).magic = RING_MAGIC;
@@ -283,17 +294,26 @@ impl Producer {
     /// consumer has released those bytes (head accounting checked by caller).
     unsafe fn put(&mut self, rec: Record, msg: Option<(&Gather, u64)>) -> u64 {
         let pos = self.tail % self.cap;
-        let at = self.data().add(pos as usize);
-        std::ptr::write(at as *mut Record, rec);
-        if let Some((g, from)) = msg {
-            g.copy_to(at.add(REC as usize), from, rec.len as u64);
+        // SAFETY: pos + REC + rec.len is inside the data area and the
+        // consumer released those bytes (the caller's contract); `at` is
+        // 16-aligned (records are), so the 12-byte Record fits aligned; the
+        // consumer reads none of it before the stamp's Release below.
+        unsafe {
+            let at = self.data().add(pos as usize);
+            std::ptr::write(at as *mut Record, rec);
+            if let Some((g, from)) = msg {
+                g.copy_to(at.add(REC as usize), from, rec.len as u64);
+            }
         }
         let size = if rec.flags & PAD != 0 { self.cap - pos } else { REC + align16(rec.len as u64) };
         // The next record's stamp reads 0 until that record is stamped; the
         // caller's free() kept those bytes back.
-        stamp_at(self.data(), (pos + size) % self.cap).store(0, Ordering::Relaxed);
+        // SAFETY: both offsets are 16-aligned record starts inside the data
+        // area ((pos + size) % cap wraps to 0 after the last record).
+        unsafe { stamp_at(self.data(), (pos + size) % self.cap) }.store(0, Ordering::Relaxed);
         // SYNC POINT R1 (producer side): the record is complete.
-        stamp_at(self.data(), pos).store(stamp_for(self.tail), Ordering::Release);
+        // SAFETY: as above.
+        unsafe { stamp_at(self.data(), pos) }.store(stamp_for(self.tail), Ordering::Release);
         self.tail += size;
         size
     }
@@ -474,10 +494,13 @@ impl Consumer {
         let mut seg = Segment::open(dir, &ring_name(job, src, dst, window), HEADER_BYTES)?;
         seg.unlink();
         let h: &RingHeader = seg.at(0);
+        // SYNC POINT (version, reader side): the header fields are published;
+        // no plain field is read before this load.
+        if h.version.load(Ordering::Acquire) != RING_VERSION {
+            return Err(Error::Shm);
+        }
         let cap = h.capacity as u64;
-        // SYNC POINT (version, reader side): the header fields are published.
-        let ok = h.version.load(Ordering::Acquire) == RING_VERSION
-            && h.magic == RING_MAGIC
+        let ok = h.magic == RING_MAGIC
             && cap.is_power_of_two()
             && cap >= 4096
             && seg.len() as u64 >= HEADER_BYTES as u64 + cap

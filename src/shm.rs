@@ -2,13 +2,28 @@
 //!
 //! A segment owns its mapping and knows whether it must unlink its file
 //! when dropped.  Layout types placed in a segment implement `ShmSafe`.
+//!
+//! The mapping is a `memmap2::MmapRaw`: other processes write the file
+//! while we map it, so no Rust reference to the bytes as a whole (`&[u8]`,
+//! `&mut [u8]`) ever exists.  Every access goes through the one raw pointer
+//! `base()`, as atomics (`at`) or as bytes the ring and bulk protocols hand
+//! from one side to the other.
+//!
+//! Names are not trusted (anyone may create files in /dev/shm): a file is
+//! opened with O_NOFOLLOW and used only if it is a regular file owned by our
+//! effective uid with no group or other permission bits; anything else is
+//! refused (`Error::ShmRefused`, the file named on stderr).  A control
+//! segment is flock()ed by its owner for its lifetime: creating one whose
+//! lock is held fails (`Error::InUse`) instead of taking the live owner's
+//! name, and the reaper removes only files whose lock is free.
 
 use crate::error::{Error, Result};
-use memmap2::MmapMut;
+#[cfg(not(miri))]
+use memmap2::MmapRaw;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 
 /// Marker for types that may live in shared memory.
 ///
@@ -22,66 +37,196 @@ pub unsafe trait ShmSafe {}
 pub const PREFIX: &str = "doorbell-";
 
 pub struct Segment {
-    map: MmapMut,
+    map: MmapRaw,
     path: PathBuf,
     unlink_on_drop: bool,
+    /// A control segment's file, kept open to hold its flock (see `create`).
+    _lock: Option<File>,
+}
+
+/// Print why `path` is not used; the error code alone cannot name it.
+fn refuse(path: &Path, why: &str, e: Error) -> Error {
+    eprintln!("doorbell: refusing {}: {why}", path.display());
+    e
+}
+
+#[cfg(not(miri))]
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Miri's geteuid is a fixed stand-in; the owner of /proc/self is the real
+/// effective uid of the process that runs the interpreter.
+#[cfg(miri)]
+fn euid() -> u32 {
+    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX)
+}
+
+/// The check every segment file passes before we map or remove it.
+fn check_ours(path: &Path, md: &std::fs::Metadata) -> Result<()> {
+    let euid = euid();
+    let why = if md.file_type().is_symlink() {
+        "it is a symbolic link".to_string()
+    } else if !md.file_type().is_file() {
+        "it is not a regular file".to_string()
+    } else if md.uid() != euid {
+        format!("it is owned by uid {}, not by this process's uid {euid}", md.uid())
+    } else if md.mode() & 0o077 != 0 {
+        format!("its mode is {:o}: group or other may access it (doorbell makes files 0600)", md.mode() & 0o7777)
+    } else {
+        return Ok(());
+    };
+    Err(refuse(path, &why, Error::ShmRefused))
+}
+
+/// Open an existing segment file read-write without following a symlink,
+/// and check it (on the descriptor, so the check is about what we map).
+fn open_checked(path: &Path) -> Result<File> {
+    let opened = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(path);
+    let file = match opened {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(refuse(path, "it is a symbolic link", Error::ShmRefused));
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            // Not ours to open: say whose it is if we can see.
+            if let Ok(md) = std::fs::symlink_metadata(path) {
+                check_ours(path, &md)?;
+            }
+            return Err(refuse(path, "permission denied", Error::ShmRefused));
+        }
+        Err(e) => return Err(Error::shm(e)),
+    };
+    check_ours(path, &file.metadata().map_err(Error::shm)?)?;
+    Ok(file)
+}
+
+/// Whether `path` still names the file `file` is open on.
+fn still_names(path: &Path, file: &File) -> bool {
+    match (std::fs::symlink_metadata(path), file.metadata()) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// flock(LOCK_EX), waiting or not.  Ok(false): held by someone else.
+fn lock(file: &File, wait: bool) -> std::io::Result<bool> {
+    let op = libc::LOCK_EX | if wait { 0 } else { libc::LOCK_NB };
+    loop {
+        // SAFETY: flock on a descriptor we own; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Whether a segment's file is created with an owner's lock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// A control segment: flock()ed for the endpoint's lifetime.
+    Locked,
+    /// Rings and bulk buffers: named after a control segment we hold.
+    Unlocked,
 }
 
 impl Segment {
-    /// Create `dir/name` (mode 0600, exclusive), reserve `len` bytes.
-    /// A stale file of the same name (a crashed earlier job) is replaced.
-    pub fn create(dir: &str, name: &str, len: usize) -> Result<Segment> {
+    /// Create `dir/name` (mode 0600, exclusive, no symlink followed),
+    /// reserve `len` bytes.  A file already there is replaced only if it
+    /// passes `check_ours` and, for a `Locked` segment, nobody holds its lock
+    /// (its owner is dead: a crashed earlier job).  A live owner's file gives
+    /// `Error::InUse`, anything not ours `Error::ShmRefused`; both name the
+    /// file on stderr.
+    pub fn create(dir: &str, name: &str, len: usize, owner: Owner) -> Result<Segment> {
         let path = PathBuf::from(dir).join(name);
         let open = || {
-            OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path)
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
         };
-        let file = match open() {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let _ = std::fs::remove_file(&path);
-                open().map_err(Error::shm)?
+        // A few rounds: each one that fails lost a race to another creator
+        // or a reaper, which made progress.
+        for _ in 0..8 {
+            let file = match open() {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    replace_stale(&path, owner)?;
+                    continue;
+                }
+                Err(e) => return Err(Error::shm(e)),
+            };
+            if owner == Owner::Locked {
+                // Between create_new and this lock a replacer or reaper may
+                // have taken the free lock and removed the file; both remove
+                // only while holding the lock, so once we hold it and the
+                // name is still ours, nobody else removes it.
+                let locked = lock(&file, true).map_err(Error::shm)?;
+                if !locked || !still_names(&path, &file) {
+                    continue;
+                }
             }
-            Err(e) => return Err(Error::shm(e)),
-        };
-        // From here on every error path unlinks the file.
-        let made = (|| {
-            crate::sys::fallocate(file.as_raw_fd(), len as u64).map_err(Error::shm)?;
-            map(&file)
-        })();
-        match made {
-            Ok(map) => Ok(Segment { map, path, unlink_on_drop: true }),
-            Err(e) => {
-                let _ = std::fs::remove_file(&path);
-                Err(e)
-            }
+            // From here on every error path unlinks the file.
+            let made = (|| {
+                crate::sys::fallocate(file.as_raw_fd(), len as u64).map_err(Error::shm)?;
+                map(&file)
+            })();
+            return match made {
+                Ok(map) => Ok(Segment {
+                    map,
+                    path,
+                    unlink_on_drop: true,
+                    _lock: (owner == Owner::Locked).then_some(file),
+                }),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&path);
+                    Err(e)
+                }
+            };
         }
+        Err(Error::Shm)
     }
 
-    /// Map an existing segment of at least `min_len` bytes.
+    /// Map an existing segment of at least `min_len` bytes (no symlink
+    /// followed; refused unless `check_ours` passes).
     pub fn open(dir: &str, name: &str, min_len: usize) -> Result<Segment> {
         let path = PathBuf::from(dir).join(name);
-        let file = OpenOptions::new().read(true).write(true).open(&path).map_err(Error::shm)?;
+        let file = open_checked(&path)?;
         let len = file.metadata().map_err(Error::shm)?.len();
         if len < min_len as u64 {
             return Err(Error::Shm);
         }
-        Ok(Segment { map: map(&file)?, path, unlink_on_drop: false })
+        Ok(Segment { map: map(&file)?, path, unlink_on_drop: false, _lock: None })
     }
 
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// The one pointer through which the mapping is read and written.
     pub fn base(&self) -> *mut u8 {
-        self.map.as_ptr() as *mut u8
+        self.map.as_mut_ptr()
     }
 
     /// A reference to a `T` at `offset`.
     pub fn at<T: ShmSafe>(&self, offset: usize) -> &T {
         assert!(offset + std::mem::size_of::<T>() <= self.map.len());
         assert_eq!((self.base() as usize + offset) % std::mem::align_of::<T>(), 0);
-        // SAFETY: in bounds and aligned (checked above); T is ShmSafe, so any
-        // bit pattern the peer left is a valid T and shared fields are atomics.
+        // SAFETY: in bounds and aligned (checked above), and the mapping
+        // lives as long as `self`.  T is ShmSafe: any bit pattern the peer
+        // left is a valid T, shared fields are atomics (interior mutable),
+        // and plain fields are written only through `base()` before the
+        // segment's Release publish, before any `at` reference to them is
+        // taken, and never again.
         unsafe { &*(self.base().add(offset) as *const T) }
     }
 
@@ -104,63 +249,216 @@ impl Drop for Segment {
     }
 }
 
-fn map(file: &File) -> Result<MmapMut> {
-    // SAFETY: the file is a doorbell segment; other processes only change it
-    // through the atomics and the ring protocol, never by truncating it.
-    unsafe { MmapMut::map_mut(file) }.map_err(Error::shm)
+#[cfg(not(miri))]
+fn map(file: &File) -> Result<MmapRaw> {
+    MmapRaw::map_raw(file).map_err(Error::shm)
 }
 
-/// Remove the files in `dir` whose name `hit` picks.
-fn unlink_where(dir: &str, hit: impl Fn(&str) -> bool) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
-    for entry in rd.flatten() {
-        if hit(&entry.file_name().to_string_lossy()) {
-            let _ = std::fs::remove_file(entry.path());
+/// Under Miri, which cannot map files: one zeroed, page-aligned heap block
+/// per file (by device and inode), shared by every `map` of that file in
+/// this process and never freed -- enough for the unit tests, where both
+/// sides of a ring live in one process, to run the same pointer code.
+#[cfg(miri)]
+mod miri_map {
+    use std::sync::Mutex;
+
+    pub struct MmapRaw {
+        ptr: *mut u8,
+        len: usize,
+    }
+
+    // SAFETY: a plain address of a leaked block; access is governed by the
+    // same atomics and protocols as a real shared mapping.
+    unsafe impl Send for MmapRaw {}
+    // SAFETY: as above.
+    unsafe impl Sync for MmapRaw {}
+
+    impl MmapRaw {
+        pub fn len(&self) -> usize {
+            self.len
+        }
+        pub fn as_mut_ptr(&self) -> *mut u8 {
+            self.ptr
+        }
+    }
+
+    static BLOCKS: Mutex<Vec<((u64, u64), usize, usize)>> = Mutex::new(Vec::new());
+
+    pub fn map(file: &std::fs::File) -> std::io::Result<MmapRaw> {
+        use std::os::unix::fs::MetadataExt;
+        let md = file.metadata()?;
+        let (key, len) = ((md.dev(), md.ino()), md.len() as usize);
+        let mut blocks = BLOCKS.lock().unwrap();
+        if let Some(&(_, addr, blen)) = blocks.iter().find(|b| b.0 == key && b.2 >= len) {
+            return Ok(MmapRaw { ptr: std::ptr::with_exposed_provenance_mut(addr), len: len.min(blen) });
+        }
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).unwrap();
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        blocks.retain(|b| b.0 != key);
+        blocks.push((key, ptr.expose_provenance(), len.max(1)));
+        Ok(MmapRaw { ptr, len })
+    }
+}
+
+#[cfg(miri)]
+use miri_map::MmapRaw;
+
+#[cfg(miri)]
+fn map(file: &File) -> Result<MmapRaw> {
+    miri_map::map(file).map_err(Error::shm)
+}
+
+/// `path` exists where we want to create a segment: remove it if it is a
+/// stale file of ours, or say why not.
+fn replace_stale(path: &Path, owner: Owner) -> Result<()> {
+    let file = match open_checked(path) {
+        Ok(f) => f,
+        // Gone meanwhile: try the create again.
+        Err(Error::Shm) if !path.exists() && std::fs::symlink_metadata(path).is_err() => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if owner == Owner::Locked && !lock(&file, false).map_err(Error::shm)? {
+        return Err(refuse(path, "a live endpoint of the same job key and task holds it (use another job key)", Error::InUse));
+    }
+    // Remove it only while it is still the file we checked (and, for a
+    // control segment, while we hold its lock).
+    if still_names(path, &file) {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// What a file name in the shm directory is, parsed exactly: the name is
+/// `format`ted back from the parts and must come out the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Control { task: u32 },
+    Ring { src: u32, dst: u32, window: u32 },
+    Bulk { src: u32, dst: u32, window: u32, generation: u32 },
+}
+
+impl Kind {
+    fn name(self, job: &str) -> String {
+        match self {
+            Kind::Control { task } => control_name(job, task),
+            Kind::Ring { src, dst, window } => ring_name(job, src, dst, window),
+            Kind::Bulk { src, dst, window, generation } => bulk_name(job, src, dst, window, generation),
+        }
+    }
+
+    /// Does this file belong to `task` (its control, or a ring or bulk
+    /// buffer from or to it)?
+    fn names(self, task: u32) -> bool {
+        match self {
+            Kind::Control { task: t } => t == task,
+            Kind::Ring { src, dst, .. } | Kind::Bulk { src, dst, .. } => src == task || dst == task,
         }
     }
 }
 
-/// A test for "a ring (or bulk) file of `job` towards `task`".
-fn ring_to(job: &str, task: u32) -> impl Fn(&str) -> bool {
-    let (prefix, to) = (format!("{PREFIX}{job}-r"), format!("-{task}-w"));
-    move |name| name.starts_with(&prefix) && name.contains(&to)
+fn number(s: &str) -> Option<u32> {
+    // Digits only ("+1" parses as a u32); leading zeros fail the round trip.
+    s.bytes().all(|b| b.is_ascii_digit()).then(|| s.parse().ok()).flatten()
+}
+
+/// The suffix of a file name after `doorbell-<job>-`.
+fn parse_suffix(s: &str) -> Option<Kind> {
+    if let Some(t) = s.strip_prefix('c') {
+        return Some(Kind::Control { task: number(t)? });
+    }
+    let s = s.strip_prefix('r')?;
+    let (src, s) = s.split_once('-')?;
+    let (dst, s) = s.split_once("-w")?;
+    let (window, generation) = match s.split_once("-b") {
+        Some((w, g)) => (w, Some(g)),
+        None => (s, None),
+    };
+    let (src, dst, window) = (number(src)?, number(dst)?, number(window)?);
+    Some(match generation {
+        Some(g) => Kind::Bulk { src, dst, window, generation: number(g)? },
+        None => Kind::Ring { src, dst, window },
+    })
+}
+
+/// Is `name` exactly a file of `job`, and which?
+fn parse_of_job(name: &str, job: &str) -> Option<Kind> {
+    let s = name.strip_prefix(PREFIX)?.strip_prefix(job)?.strip_prefix('-')?;
+    let kind = parse_suffix(s)?;
+    (kind.name(job) == name).then_some(kind)
+}
+
+/// Is `name` exactly a control segment, and of which job and task?  (The
+/// suffix `c<digits>` contains no "-c", so the job is what precedes the
+/// last "-c"; the job key's characters are checked as `Config` does.)
+fn parse_control(name: &str) -> Option<(&str, u32)> {
+    let (job, task) = name.strip_prefix(PREFIX)?.rsplit_once("-c")?;
+    let job_ok = !job.is_empty() && job.len() <= 40 && job.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    let task = number(task)?;
+    (job_ok && control_name(job, task) == name).then_some((job, task))
+}
+
+/// Remove the files in `dir` of `job` whose kind `hit` picks, if they are
+/// ours (`check_ours`, quietly: a foreign file is left alone).
+fn unlink_where(dir: &str, job: &str, hit: impl Fn(Kind) -> bool) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for entry in rd.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(kind) = parse_of_job(name, job) else { continue };
+        if !hit(kind) {
+            continue;
+        }
+        let path = entry.path();
+        if std::fs::symlink_metadata(&path).is_ok_and(|md| quietly_ours(&md)) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn quietly_ours(md: &std::fs::Metadata) -> bool {
+    md.file_type().is_file() && md.uid() == euid() && md.mode() & 0o077 == 0
 }
 
 /// Remove every file of `job` that names `task` (its control segment and the
-/// rings to and from it); used when that task died without cleaning up.
+/// rings and bulk buffers to and from it); used when that task died without
+/// cleaning up.  Names are matched exactly and only our own files go.
 pub fn unlink_task_files(dir: &str, job: &str, task: u32) {
-    let own = control_name(job, task);
-    let from = format!("{PREFIX}{job}-r{task}-");
-    let to_task = ring_to(job, task);
-    unlink_where(dir, |name| name == own || name.starts_with(&from) || to_task(name));
+    unlink_where(dir, job, |k| k.names(task));
 }
 
 /// At `task`'s close: remove the bulk files that senders left for it
 /// (messages it never took; see bulk.rs).
 pub fn unlink_bulk_to(dir: &str, job: &str, task: u32) {
-    let to_task = ring_to(job, task);
-    unlink_where(dir, |name| {
-        to_task(name) && name.rsplit_once("-b").is_some_and(|(_, g)| g.parse::<u32>().is_ok())
-    });
+    unlink_where(dir, job, |k| matches!(k, Kind::Bulk { dst, .. } if dst == task));
 }
 
 /// Remove the files of tasks whose process is gone: a job whose every task
-/// was killed leaves files nobody else would clean.  A control segment names
-/// its owner's pid (offset 12 of its header); a file whose owner still runs,
-/// or that we cannot read, is left alone.  (This assumes the tasks that
-/// share the shm directory share our pid namespace, as MPI jobs on a node do.)
+/// was killed leaves files nobody else would clean.  A control segment is a
+/// dead task's if (1) its name parses exactly, (2) it is ours (regular,
+/// our uid, mode 0600: a file another user planted is never a reason to
+/// delete anything), (3) nobody holds its flock (a live owner does, in any
+/// pid namespace), and (4) the owner pid it names (offset 12 of its header)
+/// no longer exists.  The task's files go while we hold its lock, so a
+/// creator that takes the name meanwhile notices (see `Segment::create`).
 pub fn reap_dead_tasks(dir: &str) {
     use std::os::unix::fs::FileExt;
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     for entry in rd.flatten() {
         let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let Some(rest) = name.strip_prefix(PREFIX) else { continue };
-        let Some((job, task)) = rest.rsplit_once("-c") else { continue };
-        let Ok(task) = task.parse::<u32>() else { continue };
-        let Ok(f) = std::fs::File::open(entry.path()) else { continue };
+        let Some(name) = name.to_str() else { continue };
+        let Some((job, task)) = parse_control(name) else { continue };
+        let path = entry.path();
+        let Ok(f) = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) else { continue };
+        if !f.metadata().is_ok_and(|md| quietly_ours(&md)) {
+            continue;
+        }
         let mut head = [0u8; 16];
         if f.read_exact_at(&mut head, 0).is_err() || head[0..8] != crate::control::CONTROL_MAGIC.to_le_bytes() {
+            continue;
+        }
+        if !lock(&f, false).unwrap_or(false) {
             continue;
         }
         let pid = u32::from_le_bytes(head[12..16].try_into().unwrap());
@@ -168,7 +466,7 @@ pub fn reap_dead_tasks(dir: &str) {
         let gone = pid != 0
             && unsafe { libc::kill(pid as libc::pid_t, 0) } == -1
             && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone {
+        if gone && still_names(&path, &f) {
             unlink_task_files(dir, job, task);
         }
     }
@@ -186,4 +484,30 @@ pub fn ring_name(job: &str, src: u32, dst: u32, window: u32) -> String {
 /// extends the ring's, so unlink_task_files reaps it with the ring.
 pub fn bulk_name(job: &str, src: u32, dst: u32, window: u32, generation: u32) -> String {
     format!("{}-b{generation}", ring_name(job, src, dst, window))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_exactly() {
+        for (job, k) in [
+            ("j", Kind::Control { task: 3 }),
+            ("a-r0-x", Kind::Ring { src: 0, dst: 12, window: 1 }),
+            ("a-c1", Kind::Bulk { src: 4, dst: 0, window: 0, generation: 9 }),
+        ] {
+            assert_eq!(parse_of_job(&k.name(job), job), Some(k));
+        }
+        // Another job's files never parse as ours, whatever the prefix.
+        assert_eq!(parse_of_job(&control_name("a-r0-x", 1), "a"), None);
+        assert_eq!(parse_of_job(&ring_name("a-r1", 0, 1, 0), "a"), None);
+        assert_eq!(parse_of_job(&control_name("a-r0-1-w0", 0), "a"), None);
+        assert_eq!(parse_of_job("doorbell-a-c+1", "a"), None);
+        assert_eq!(parse_of_job("doorbell-a-c01", "a"), None);
+        assert_eq!(parse_of_job("doorbell-a-r0-1-w0-bx", "a"), None);
+        assert_eq!(parse_control("doorbell-a-c1-c0"), Some(("a-c1", 0)));
+        assert_eq!(parse_control("doorbell-a/b-c0"), None);
+        assert_eq!(parse_control("doorbell-a-r0-1-w0"), None);
+    }
 }

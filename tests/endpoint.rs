@@ -232,8 +232,14 @@ fn files_of_killed_tasks_are_reaped() {
     let mut head = vec![0u8; 64];
     head[0..8].copy_from_slice(b"DBCTRL\0\0");
     head[12..16].copy_from_slice(&pid.to_le_bytes());
-    std::fs::write(&ctl, &head).unwrap();
-    std::fs::write(&ring, b"x").unwrap();
+    // Mode 0600, as doorbell makes them: the reaper leaves looser files alone.
+    let write600 = |path: &str, bytes: &[u8]| {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).unwrap();
+        std::io::Write::write_all(&mut f, bytes).unwrap();
+    };
+    write600(&ctl, &head);
+    write600(&ring, b"x");
     let _alive = ep(&j, 1, 1);
     assert!(std::path::Path::new(&ctl).exists(), "a live owner's files stay");
     child.kill().unwrap();

@@ -1,0 +1,205 @@
+/* Hostile names in the shared-memory directory (issue 10, point 8).
+ *
+ * Anyone may create files in /dev/shm.  A file already sitting at a name
+ * doorbell needs -- a symbolic link, a file of another user, a file open to
+ * group/other -- must be refused with DOORBELL_ERR_SHM_REFUSED and a line
+ * on stderr that names it; doorbell must not follow the link, write through
+ * it, or delete the file and carry on.  A peer's segment replaced by a
+ * symlink is refused the same way when it is opened.
+ *
+ * One process, a private shm directory; stderr is captured around each call
+ * to check that the file is named. */
+#include "dbt.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char *g_dir;
+static char g_cap_path[PATH_MAX];
+static int g_saved_fd = -1;
+
+static void capture_begin(void) {
+  fflush(stderr);
+  g_saved_fd = dup(2);
+  int fd = open(g_cap_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  dup2(fd, 2);
+  close(fd);
+}
+
+/* Stop capturing; returns what was written to stderr (static buffer). */
+static const char *capture_end(void) {
+  static char buf[8192];
+  fflush(stderr);
+  dup2(g_saved_fd, 2);
+  close(g_saved_fd);
+  buf[0] = 0;
+  FILE *f = fopen(g_cap_path, "r");
+  if (f) {
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+  }
+  if (buf[0]) dbt_info("stderr: %s", buf);
+  return buf;
+}
+
+static void path_of(char *out, const char *name) { snprintf(out, PATH_MAX, "%s/%s", g_dir, name); }
+
+static void seg_name(char *out, const char *kind) {
+  char name[256];
+  snprintf(name, sizeof name, "doorbell-%s-%s", dbt_jobkey(), kind);
+  path_of(out, name);
+}
+
+static void make_file(const char *path, mode_t mode, const char *content) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 || write(fd, content, strlen(content)) != (ssize_t)strlen(content)) {
+    dbt_check(0, "create %s", path);
+  }
+  if (fd >= 0) close(fd);
+  chmod(path, mode);
+}
+
+static int file_has(const char *path, const char *content) {
+  char buf[256] = {0};
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  return n == strlen(content) && memcmp(buf, content, n) == 0;
+}
+
+static int is_symlink(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+static int create(uint32_t task, doorbell_endpoint **ep) {
+  doorbell_config cfg;
+  dbt_config(&cfg, task, 1);
+  cfg.shm_dir = g_dir;
+  cfg.if_include = "127.0.0.1/8";
+  *ep = NULL;
+  return doorbell_endpoint_create(&cfg, ep);
+}
+
+/* endpoint_create of `task` with `path` (its control name) planted:
+ * refused, the file named, the file left as it was. */
+static void refused_create(const char *what, uint32_t task, const char *path, const char *why) {
+  doorbell_endpoint *ep;
+  capture_begin();
+  int rc = create(task, &ep);
+  const char *err = capture_end();
+  dbt_check_rc(rc, DOORBELL_ERR_SHM_REFUSED, "%s at the control name: endpoint_create refused", what);
+  dbt_check(strstr(err, path) != NULL, "%s: stderr names %s", what, path);
+  dbt_check(why == NULL || strstr(err, why) != NULL, "%s: stderr says \"%s\"", what, why ? why : "");
+  doorbell_endpoint_destroy(ep);
+}
+
+static void nop_cb(void *ctx, uint32_t task, uint32_t window, uint8_t tag, const uint8_t *data,
+                   size_t len) {
+  (void)ctx, (void)task, (void)window, (void)tag, (void)data, (void)len;
+}
+
+static void connect_pair(doorbell_endpoint *a, doorbell_endpoint *b) {
+  uint8_t blob[DOORBELL_ADDRESS_MAX];
+  size_t len = sizeof blob;
+  uint32_t t;
+  doorbell_address(b, blob, &len);
+  dbt_check_rc(doorbell_connect(a, blob, len, &t), DOORBELL_OK, "connect");
+  len = sizeof blob;
+  doorbell_address(a, blob, &len);
+  dbt_check_rc(doorbell_connect(b, blob, len, &t), DOORBELL_OK, "connect back");
+}
+
+int main(void) {
+  dbt_begin("hostile_names");
+  g_dir = dbt_tempdir("/dev/shm", "names");
+  snprintf(g_cap_path, sizeof g_cap_path, "%s/../dbt-names-stderr-%ld", g_dir, (long)getpid());
+  char target[PATH_MAX], path[PATH_MAX];
+
+  /* 1. A symlink at the control name, pointing at someone's file. */
+  path_of(target, "target");
+  make_file(target, 0600, "keep");
+  seg_name(path, "c0");
+  if (symlink(target, path) != 0) dbt_check(0, "symlink");
+  refused_create("a symlink", 0, path, "symbolic link");
+  dbt_check(file_has(target, "keep"), "the symlink's target is untouched");
+  dbt_check(is_symlink(path), "the symlink is left in place");
+
+  /* 2. A file of ours open to group and other. */
+  seg_name(path, "c1");
+  make_file(path, 0644, "loose");
+  refused_create("a mode 0644 file", 1, path, "group or other");
+  dbt_check(file_has(path, "loose"), "the 0644 file is left as it was");
+
+  /* 3. Another user's file (needs root to make one). */
+  seg_name(path, "c2");
+  if (geteuid() == 0) {
+    make_file(path, 0600, "foreign");
+    if (chown(path, 65534, 65534) != 0) dbt_check(0, "chown");
+    refused_create("another user's file", 2, path, "uid 65534");
+    dbt_check(file_has(path, "foreign"), "the other user's file is left as it was");
+  } else {
+    dbt_info("SKIP another user's file: needs root");
+  }
+
+  /* 4. A peer's control segment swapped for a symlink to a copy: the sender
+   * must not follow it. */
+  doorbell_endpoint *rx, *tx;
+  dbt_check_rc(create(3, &rx), DOORBELL_OK, "create task 3");
+  dbt_check_rc(create(4, &tx), DOORBELL_OK, "create task 4");
+  seg_name(path, "c3");
+  path_of(target, "moved-c3");
+  if (rename(path, target) != 0 || symlink(target, path) != 0) dbt_check(0, "swap c3 for a symlink");
+  connect_pair(rx, tx);
+  capture_begin();
+  int rc = doorbell_send(tx, 3, 0, 1, "x", 1);
+  const char *err = capture_end();
+  dbt_check_rc(rc, DOORBELL_ERR_SHM_REFUSED, "send to a peer whose control segment is a symlink");
+  dbt_check(strstr(err, path) != NULL, "stderr names %s", path);
+  unlink(path);
+  rename(target, path);
+
+  /* 5. A symlink planted at the name of the ring a sender is about to make. */
+  doorbell_endpoint *tx2;
+  dbt_check_rc(create(5, &tx2), DOORBELL_OK, "create task 5");
+  connect_pair(rx, tx2);
+  seg_name(path, "r5-3-w0");
+  path_of(target, "target2");
+  make_file(target, 0600, "keep");
+  if (symlink(target, path) != 0) dbt_check(0, "symlink");
+  capture_begin();
+  rc = doorbell_send(tx2, 3, 0, 1, "x", 1);
+  err = capture_end();
+  dbt_check_rc(rc, DOORBELL_ERR_SHM_REFUSED, "send whose ring name is a planted symlink");
+  dbt_check(strstr(err, path) != NULL, "stderr names %s", path);
+  dbt_check(file_has(target, "keep") && is_symlink(path), "the link and its target are left alone");
+  unlink(path);
+
+  /* The refused ones did not break the endpoints: after the plants are gone
+   * the same sends go through. */
+  dbt_check_rc(doorbell_send(tx2, 3, 0, 2, "y", 1), DOORBELL_OK, "send once the planted ring link is gone");
+  dbt_check_rc(doorbell_send(tx, 3, 0, 2, "y", 1), DOORBELL_OK, "send once the control link is gone");
+  uint32_t w = 0;
+  doorbell_wake wake;
+  int got = 0;
+  double t0 = dbt_now();
+  while (got < 2 && dbt_now() - t0 < 10) {
+    int n = doorbell_wait(rx, w, DOORBELL_WAIT_BLOCK, 200000, nop_cb, NULL, &wake);
+    if (n > 0) got += n;
+  }
+  dbt_check(got == 2, "both messages arrived (%d)", got);
+
+  doorbell_endpoint_destroy(tx2);
+  doorbell_endpoint_destroy(tx);
+  doorbell_endpoint_destroy(rx);
+  unlink(g_cap_path);
+  dbt_rmtree(g_dir);
+  return dbt_finish();
+}
