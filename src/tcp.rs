@@ -9,7 +9,7 @@ use crate::buf_pool::BufPool;
 use crate::error::{Error, Result};
 use crate::frame::{self, FrameHeader, FRAME_HEADER, HELLO_BYTES};
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Read};
+use std::io::{self, IoSlice};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -20,6 +20,8 @@ pub const NO_TASK: u32 = u32::MAX;
 pub(crate) const CONN_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
 const CONN_EVENTS_OUT: u32 = CONN_EVENTS | libc::EPOLLOUT as u32;
 const STAGE: usize = 64 * 1024;
+/// Iovecs of a send kept on the stack (header + parts); more use the heap.
+const INLINE_PARTS: usize = 8;
 
 pub struct Conn {
     pub stream: TcpStream,
@@ -149,15 +151,31 @@ impl Conn {
             tx.queue.push_back(v);
             return self.flush_locked(&mut tx).map(|_| ());
         }
-        let mut slices: Vec<IoSlice> = Vec::with_capacity(parts.len() + 1);
-        slices.push(IoSlice::new(&head));
-        slices.extend(parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)));
+        // The header and the parts go out in one sendmsg.  Their iovecs sit
+        // on the stack for the usual few parts (a heap Vec here was a
+        // malloc/free pair on every send).
+        let mut inline = [IoSlice::new(&[]); INLINE_PARTS];
+        let mut heap: Vec<IoSlice>;
+        let mut slices: &mut [IoSlice] = if parts.len() < INLINE_PARTS {
+            inline[0] = IoSlice::new(&head);
+            let mut k = 1;
+            for p in parts.iter().filter(|p| !p.is_empty()) {
+                inline[k] = IoSlice::new(p);
+                k += 1;
+            }
+            &mut inline[..k]
+        } else {
+            heap = Vec::with_capacity(parts.len() + 1);
+            heap.push(IoSlice::new(&head));
+            heap.extend(parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)));
+            &mut heap[..]
+        };
         let mut sent = 0usize;
         while sent < total {
-            match crate::sys::send_nosignal(self.stream.as_raw_fd(), &slices) {
+            match crate::sys::send_nosignal(self.stream.as_raw_fd(), slices) {
                 Ok(n) => {
                     sent += n;
-                    advance(&mut slices, n);
+                    IoSlice::advance_slices(&mut slices, n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) => {
@@ -220,25 +238,6 @@ impl Conn {
     }
 }
 
-/// Drop the first `n` bytes from a list of slices.
-fn advance(slices: &mut Vec<IoSlice<'_>>, mut n: usize) {
-    let mut drop = 0;
-    for s in slices.iter() {
-        if n >= s.len() {
-            n -= s.len();
-            drop += 1;
-        } else {
-            break;
-        }
-    }
-    slices.drain(..drop);
-    if n > 0 {
-        if let Some(first) = slices.first_mut() {
-            first.advance(n);
-        }
-    }
-}
-
 impl Rx {
     /// Parse staged bytes; Some(end) on a fatal input, None when more bytes are needed.
     fn parse(
@@ -296,7 +295,7 @@ impl Rx {
 
     /// Read more bytes: straight into a large body, else into the stage.
     /// One read.  Returns (bytes read, bytes asked for).
-    fn fill(&mut self, mut s: &TcpStream) -> io::Result<(usize, usize)> {
+    fn fill(&mut self, s: &TcpStream) -> io::Result<(usize, usize)> {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -313,7 +312,7 @@ impl Rx {
             self.start = 0;
         }
         let asked = self.stage.len() - self.end;
-        let n = s.read(&mut self.stage[self.end..])?;
+        let n = crate::sys::recv(s.as_raw_fd(), &mut self.stage[self.end..])?;
         self.end += n;
         Ok((n, asked))
     }
