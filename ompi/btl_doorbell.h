@@ -110,6 +110,7 @@ typedef struct mca_btl_doorbell_module_t {
     uint64_t idle_mark;               /* progress_calls at the last idle point */
     uint64_t last_idle_ns;            /* time of the last idle point */
     uint64_t run_serial;              /* the blocking MPI call this run belongs to */
+    uint64_t run_passes;              /* idle passes of this run (paces clock reads) */
     uint64_t idle_since_ns;           /* start of this idle run; 0: not idle */
     uint64_t spin_ns;                 /* this idle run's spin before sleeping */
     int spin_path;                    /* path whose spin budget this run uses */
