@@ -282,22 +282,23 @@ mod miri_map {
         }
     }
 
-    static BLOCKS: Mutex<Vec<((u64, u64), usize, usize)>> = Mutex::new(Vec::new());
+    /// (device, inode), block, length.
+    static BLOCKS: Mutex<Vec<((u64, u64), MmapRaw)>> = Mutex::new(Vec::new());
 
     pub fn map(file: &std::fs::File) -> std::io::Result<MmapRaw> {
         use std::os::unix::fs::MetadataExt;
         let md = file.metadata()?;
         let (key, len) = ((md.dev(), md.ino()), md.len() as usize);
         let mut blocks = BLOCKS.lock().unwrap();
-        if let Some(&(_, addr, blen)) = blocks.iter().find(|b| b.0 == key && b.2 >= len) {
-            return Ok(MmapRaw { ptr: std::ptr::with_exposed_provenance_mut(addr), len: len.min(blen) });
+        if let Some((_, b)) = blocks.iter().find(|b| b.0 == key && b.1.len >= len) {
+            return Ok(MmapRaw { ptr: b.ptr, len });
         }
         let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).unwrap();
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         assert!(!ptr.is_null());
         blocks.retain(|b| b.0 != key);
-        blocks.push((key, ptr.expose_provenance(), len.max(1)));
+        blocks.push((key, MmapRaw { ptr, len: len.max(1) }));
         Ok(MmapRaw { ptr, len })
     }
 }
