@@ -114,27 +114,30 @@ static inline void leave(void)
     X(Win_flush_local, (int rank, MPI_Win win), (rank, win)) \
     X(Win_flush_local_all, (MPI_Win win), (win))
 
+/* One wrapper: mark the call blocking while `blocks` holds, then call the
+ * function the slot would have reached. */
+#define DEFINE_WRAPPER(prefix, name, params, args, blocks) \
+    static int(*real_##prefix##name) params;               \
+    static int wrap_##prefix##name params                  \
+    {                                                      \
+        bool b = (blocks);                                 \
+        if (b) {                                           \
+            enter();                                       \
+        }                                                  \
+        int rc = real_##prefix##name args;                 \
+        if (b) {                                           \
+            leave();                                       \
+        }                                                  \
+        return rc;                                         \
+    }
+
 /* Two wrappers per call: one for the MPI_ name, which calls what that name
  * resolves to (a PMPI tool's MPI_Recv, if one is loaded, else Open MPI's),
  * and one for the PMPI_ name (the Fortran bindings and PMPI tools call it),
  * which calls Open MPI's.  Both count as one blocking call when nested. */
-#define DEFINE_WRAPPERS(name, params, args)         \
-    static int(*real_MPI_##name) params;            \
-    static int wrap_MPI_##name params               \
-    {                                               \
-        enter();                                    \
-        int rc = real_MPI_##name args;              \
-        leave();                                    \
-        return rc;                                  \
-    }                                               \
-    static int(*real_PMPI_##name) params;           \
-    static int wrap_PMPI_##name params              \
-    {                                               \
-        enter();                                    \
-        int rc = real_PMPI_##name args;             \
-        leave();                                    \
-        return rc;                                  \
-    }
+#define DEFINE_WRAPPERS(name, params, args)             \
+    DEFINE_WRAPPER(MPI_, name, params, args, true)      \
+    DEFINE_WRAPPER(PMPI_, name, params, args, true)
 DOORBELL_BLOCKING_CALLS(DEFINE_WRAPPERS)
 
 /* RMA synchronisation blocks only on a window whose one-sided component
@@ -175,33 +178,9 @@ static bool win_may_sleep(MPI_Win win)
     return sleeps;
 }
 
-#define DEFINE_RMA_WRAPPERS(name, params, args)     \
-    static int(*real_MPI_##name) params;            \
-    static int wrap_MPI_##name params               \
-    {                                               \
-        bool b = win_may_sleep(win);                \
-        if (b) {                                    \
-            enter();                                \
-        }                                           \
-        int rc = real_MPI_##name args;              \
-        if (b) {                                    \
-            leave();                                \
-        }                                           \
-        return rc;                                  \
-    }                                               \
-    static int(*real_PMPI_##name) params;           \
-    static int wrap_PMPI_##name params              \
-    {                                               \
-        bool b = win_may_sleep(win);                \
-        if (b) {                                    \
-            enter();                                \
-        }                                           \
-        int rc = real_PMPI_##name args;             \
-        if (b) {                                    \
-            leave();                                \
-        }                                           \
-        return rc;                                  \
-    }
+#define DEFINE_RMA_WRAPPERS(name, params, args)                   \
+    DEFINE_WRAPPER(MPI_, name, params, args, win_may_sleep(win))  \
+    DEFINE_WRAPPER(PMPI_, name, params, args, win_may_sleep(win))
 DOORBELL_RMA_CALLS(DEFINE_RMA_WRAPPERS)
 
 typedef struct {

@@ -112,6 +112,14 @@ static bool is_open_mpi(const char *path)
     return false;
 }
 
+/* Idempotent: slots already redirected are skipped, so a second call only
+ * reaches libraries loaded since the first. */
+static void redirect_cond_signal(void)
+{
+    (void) mca_btl_doorbell_got_redirect("pthread_cond_signal", (void *) doorbell_cond_signal,
+                                         is_open_mpi);
+}
+
 bool mca_btl_doorbell_idle_install(void)
 {
     if (!idle_hooked) {
@@ -120,8 +128,7 @@ bool mca_btl_doorbell_idle_install(void)
         if (idle_hooked) {
             (void) mca_btl_doorbell_blocking_install();
         }
-        (void) mca_btl_doorbell_got_redirect("pthread_cond_signal", (void *) doorbell_cond_signal,
-                                             is_open_mpi);
+        redirect_cond_signal();
     }
     if (idle_hooked) {
         opal_progress_yield_when_idle = true;
@@ -145,6 +152,8 @@ void mca_btl_doorbell_idle_reset(mca_btl_doorbell_module_t *module)
     module->idle_mark = 0;
     module->last_idle_ns = 0;
     module->idle_since_ns = 0;
+    module->run_serial = 0;
+    module->run_passes = 0;
     module->spin_ns = 0;
     module->spin_path = PATH_SHM;
     module->probing = false;
@@ -341,8 +350,7 @@ static bool idle(mca_btl_doorbell_module_t *m)
     if (OPAL_UNLIKELY(!late_hooks_done) && mpi_running()) {
         /* components opened late in MPI_Init (osc, coll) */
         late_hooks_done = true;
-        (void) mca_btl_doorbell_got_redirect("pthread_cond_signal", (void *) doorbell_cond_signal,
-                                             is_open_mpi);
+        redirect_cond_signal();
     }
 
     unsigned int depth;
