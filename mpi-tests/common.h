@@ -165,4 +165,32 @@ static inline int t_partner(int rank, int size)
     return rank < half ? rank + half : rank - half;
 }
 
+/* Timed phases (the stall tests): every `every` iterations the ranks agree
+ * (rank 0 decides) whether the phase is over its limit, so all stop at the
+ * same iteration.  The check is btl traffic itself: keep `every` large. */
+static inline int t_phase_late(double t0, long i, long every, double limit)
+{
+    if (i % every != every - 1)
+        return 0;
+    int late = t_now() - t0 > limit;
+    MPI_Bcast(&late, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return late;
+}
+
+/* Print a phase's slowest rank and fail it unless all `n` iterations ran
+ * within `limit` seconds. */
+static inline void t_phase_report(const char *prog, const char *name, const char *unit, double t0,
+                                  long done, long n, double limit)
+{
+    double t = t_now() - t0, worst;
+    MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (t_rank == 0) {
+        printf("%s: %-16s %4ld of %ld %s in %.3f s (%.1f us each; limit %.1f s)\n", prog, name, done,
+               n, unit, worst, worst / (done ? done : 1) * 1e6, limit);
+        fflush(stdout);
+    }
+    CHECK(done == n && worst <= limit, "%s: %ld of %ld %s in %.2f s, limit %.1f s", name, done, n,
+          unit, worst, limit);
+}
+
 #endif

@@ -31,24 +31,12 @@ static void complete(MPI_Request *rq, int test)
 /* Stop a phase on every rank once rank 0 is past the limit (every 20 ops). */
 static int give_up(double t0, long i)
 {
-    if (i % 20 != 19)
-        return 0;
-    int late = t_now() - t0 > limit;
-    MPI_Bcast(&late, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    return late;
+    return t_phase_late(t0, i, 20, limit);
 }
 
 static void report(const char *name, double t0, long done)
 {
-    double t = t_now() - t0, worst;
-    MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    if (t_rank == 0) {
-        printf("stall_nbc: %-16s %3ld of %d in %.3f s (%.1f us each; limit %.1f s)\n", name, done, N,
-               worst, worst / (done ? done : 1) * 1e6, limit);
-        fflush(stdout);
-    }
-    CHECK(done == N && worst <= limit, "%s: %ld of %d in %.2f s, limit %.1f s", name, done, N,
-          worst, limit);
+    t_phase_report("stall_nbc", name, "ops", t0, done, N, limit);
 }
 
 static void iallreduce(int test)
