@@ -153,6 +153,8 @@ mca_btl_base_descriptor_t *mca_btl_doorbell_prepare_src(struct mca_btl_base_modu
                                                         struct opal_convertor_t *convertor,
                                                         uint8_t order, size_t reserve,
                                                         size_t *size, uint32_t flags);
+
+/* ---- sending (btl_doorbell_send.c) ---- */
 int mca_btl_doorbell_send(struct mca_btl_base_module_t *btl,
                           struct mca_btl_base_endpoint_t *endpoint,
                           struct mca_btl_base_descriptor_t *descriptor, mca_btl_base_tag_t tag);

@@ -31,7 +31,7 @@
  * libraries and components are redirected too: after signalling, they ring
  * this rank's own doorbell.  The doorbell is sticky, so a thread that
  * sleeps, or is about to, wakes at once.  Sends by other threads ring it
- * already (after_send in btl_doorbell_module.c).
+ * already (after_send in btl_doorbell_send.c).
  *
  * Adaptive mode learns, per path (shm, tcp), whether spinning pays.  A spin
  * pays when the message arrives during it, within SPIN_PAYS_NS.  A wait that
