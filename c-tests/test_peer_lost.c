@@ -1,17 +1,22 @@
 /* Test 4: SIGKILL of a sender while the receiver waits.  The receiver's
  * doorbell_wait must return DOORBELL_ERR_PEER_LOST naming the sender within
- * 1 s of the kill.  Run twice: sender on the same node (shared memory, pid
- * watch) and on another node_id (TCP hang-up).
+ * 1 s of the kill.  Run three times: sender on the same node (shared memory,
+ * pid watch), on another node_id (TCP hang-up), and on the same node with no
+ * pidfd to be had when the receiver connects (its fd table is full then, as
+ * under valgrind or on a kernel before 5.3 pidfd_open fails): that is no
+ * loss -- the message must still arrive -- and the kill is still seen.
  *
  * Tasks: 0 = receiver, 1 = sender.  A thread inside the receiver kills the
  * sender 300 ms after the receiver entered its wait, so both time stamps come
  * from one clock in one process. */
 #include "dbt.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +27,7 @@ struct scenario {
   const char *name;
   uint64_t sender_node;
   int want_path;
+  int no_pidfd; /* the receiver connects with its fd table full */
   char *shm_dir;
 };
 
@@ -106,6 +112,27 @@ __attribute__((noreturn)) static int sender(doorbell_endpoint *ep) {
   for (;;) pause(); /* until SIGKILL */
 }
 
+/* Connect to `peer` while no new fd can be opened: the lowest free fd
+ * number becomes the limit, so pidfd_open inside doorbell_connect fails
+ * with EMFILE.  The limit is put back right after. */
+static int connect_with_full_fd_table(doorbell_endpoint *ep, const dbt_peer *peer) {
+  struct rlimit old, full;
+  int lowest_free = dup(0);
+  if (lowest_free < 0 || getrlimit(RLIMIT_NOFILE, &old) != 0) return -1;
+  close(lowest_free);
+  full = old;
+  full.rlim_cur = (rlim_t)lowest_free;
+  dbt_check(setrlimit(RLIMIT_NOFILE, &full) == 0, "setrlimit(RLIMIT_NOFILE, %d)", lowest_free);
+  int probe = dup(0);
+  dbt_check(probe < 0 && errno == EMFILE, "the fd table is full (dup -> %d, errno %d)", probe, errno);
+  if (probe >= 0) close(probe);
+  uint32_t task = UINT32_MAX;
+  int rc = doorbell_connect(ep, peer->blob, peer->len, &task);
+  setrlimit(RLIMIT_NOFILE, &old);
+  dbt_check_rc(rc, DOORBELL_OK, "doorbell_connect with a full fd table");
+  return rc == DOORBELL_OK ? 0 : -1;
+}
+
 static int child(int idx, void *arg) {
   const struct scenario *sc = arg;
   doorbell_config cfg;
@@ -117,7 +144,10 @@ static int child(int idx, void *arg) {
   me.rc = doorbell_endpoint_create(&cfg, &ep);
   dbt_check_rc(me.rc, DOORBELL_OK, "endpoint_create(task %d)", idx);
   /* The receiver connects to the sender's blob too: that is what lets it watch the sender. */
-  if (dbt_exchange(me.rc == DOORBELL_OK ? ep : NULL, &me, peers, DBT_OTHERS) || me.rc != DOORBELL_OK) {
+  int full_fds = sc->no_pidfd && idx == 0;
+  int bad = dbt_exchange(me.rc == DOORBELL_OK ? ep : NULL, &me, peers, full_fds ? 0 : DBT_OTHERS);
+  if (!bad && full_fds && me.rc == DOORBELL_OK) bad = connect_with_full_fd_table(ep, &peers[1]);
+  if (bad || me.rc != DOORBELL_OK) {
     dbt_barrier();
     if (ep) doorbell_endpoint_destroy(ep);
     return 1;
@@ -144,9 +174,11 @@ static void run(struct scenario *sc) {
 
 int main(void) {
   dbt_begin("peer_lost");
-  struct scenario shm = {"shm (same node)", 1, 1, NULL};
-  struct scenario tcp = {"tcp (other node)", 2, 2, NULL};
+  struct scenario shm = {"shm (same node)", 1, 1, 0, NULL};
+  struct scenario tcp = {"tcp (other node)", 2, 2, 0, NULL};
+  struct scenario nopidfd = {"shm, no pidfd at connect", 1, 1, 1, NULL};
   run(&shm);
   run(&tcp);
+  run(&nopidfd);
   return dbt_finish();
 }

@@ -27,6 +27,11 @@ use std::time::Duration;
 pub(crate) const TOKEN_SHUTDOWN: u64 = 0;
 pub(crate) const TOKEN_LISTENER: u64 = 1;
 pub(crate) const TOKEN_CONNS: u64 = 2;
+/// Wakes the FLIH to start checking unwatched pids (see `watch_pid`).
+/// (Connection tokens, 3 and up, live in the connection set, not here.)
+pub(crate) const TOKEN_PID_POLL: u64 = 3;
+/// How often the FLIH checks the peers it could not watch with a pidfd.
+pub(crate) const PID_POLL_MS: i32 = 100;
 /// The connection set sits in the FLIH's set one-shot: it wakes the FLIH
 /// once, then only after a sleeper re-arms it (see `arm_flih_for_conns`).
 const CONNS_IN_FLIH: u32 = (libc::EPOLLIN | libc::EPOLLONESHOT) as u32;
@@ -209,6 +214,12 @@ pub(crate) struct Inner {
     /// on 2 cores that doubled TCP latency).
     pub conn_epoll: OwnedFd,
     pub shutdown: OwnedFd,
+    /// Same-host peers whose exit no pidfd announces (pidfd_open failed:
+    /// kernel before 5.3, valgrind, no fd left): (task, pid), checked by
+    /// the FLIH every PID_POLL_MS; `pid_poll_kick` wakes it to start.
+    pid_polls: Mutex<Vec<(u32, u32)>>,
+    pub pid_polls_pending: AtomicUsize,
+    pub pid_poll_kick: OwnedFd,
     pub listener: TcpListener,
     pub counters: Counters,
     /// Messages queued in peers' backlogs (a fast "anything to push?";
@@ -259,6 +270,9 @@ impl Endpoint {
             .map_err(|_| Error::Internal)?;
         sys::epoll_add(epoll.as_raw_fd(), listener.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_LISTENER)
             .map_err(|_| Error::Internal)?;
+        let pid_poll_kick = sys::eventfd().map_err(|_| Error::Internal)?;
+        sys::epoll_add(epoll.as_raw_fd(), pid_poll_kick.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_PID_POLL)
+            .map_err(|_| Error::Internal)?;
         let conn_epoll = sys::epoll_create().map_err(|_| Error::Internal)?;
         sys::epoll_add(epoll.as_raw_fd(), conn_epoll.as_raw_fd(), CONNS_IN_FLIH, TOKEN_CONNS)
             .map_err(|_| Error::Internal)?;
@@ -283,6 +297,9 @@ impl Endpoint {
             epoll,
             conn_epoll,
             shutdown,
+            pid_polls: Mutex::new(Vec::new()),
+            pid_polls_pending: AtomicUsize::new(0),
+            pid_poll_kick,
             listener,
             counters: Counters::default(),
             backlog_msgs: AtomicU64::new(0),
@@ -447,12 +464,49 @@ impl Inner {
         if p.watched.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Ok(fd) = sys::pidfd_open(pid) {
-            let _ = sys::epoll_add(self.epoll.as_raw_fd(), fd.as_raw_fd(), libc::EPOLLIN as u32, PID_BIT | p.task as u64);
-            *lock(&p.pidfd) = Some(fd);
-        } else {
+        match sys::pidfd_open(pid) {
+            Ok(fd) => self.watch_pidfd(p.task, fd),
             // Already gone before we could watch it.
-            self.peer_exited(p.task);
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => self.peer_exited(p.task),
+            // No pidfd for a live process (kernel before 5.3, valgrind,
+            // EMFILE): that is no loss.  The FLIH checks the pid instead.
+            Err(_) => {
+                lock(&self.pid_polls).push((p.task, pid));
+                self.pid_polls_pending.fetch_add(1, Ordering::Release);
+                sys::eventfd_signal(self.pid_poll_kick.as_raw_fd());
+            }
+        }
+    }
+
+    fn watch_pidfd(&self, task: u32, fd: OwnedFd) {
+        let _ = sys::epoll_add(self.epoll.as_raw_fd(), fd.as_raw_fd(), libc::EPOLLIN as u32, PID_BIT | task as u64);
+        if let Ok(p) = self.peer(task) {
+            *lock(&p.pidfd) = Some(fd);
+        }
+    }
+
+    /// FLIH: check the peers no pidfd watches.  A pidfd that can now be
+    /// had takes over; a process that is gone (or a zombie) has exited.
+    pub(crate) fn poll_pids(&self) {
+        sys::eventfd_drain(self.pid_poll_kick.as_raw_fd());
+        let mut exited = Vec::new();
+        lock(&self.pid_polls).retain(|&(task, pid)| {
+            if !sys::process_alive(pid) {
+                exited.push(task);
+                return false;
+            }
+            match sys::pidfd_open(pid) {
+                Ok(fd) => {
+                    self.watch_pidfd(task, fd);
+                    false
+                }
+                Err(_) => true,
+            }
+        });
+        let left = lock(&self.pid_polls).len();
+        self.pid_polls_pending.store(left, Ordering::Release);
+        for task in exited {
+            self.peer_exited(task);
         }
     }
 

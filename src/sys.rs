@@ -124,6 +124,33 @@ pub fn eventfd_signal(fd: RawFd) {
     unsafe { libc::write(fd, &one as *const u64 as *const libc::c_void, 8) };
 }
 
+/// Reset an eventfd's count (non-blocking: EAGAIN when already 0).
+pub fn eventfd_drain(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads at most 8 bytes into a live u64.
+    unsafe { libc::read(fd, &mut v as *mut u64 as *mut libc::c_void, 8) };
+}
+
+/// Whether process `pid` still runs: it exists and is not a zombie (a
+/// zombie has exited; its parent just has not reaped it yet).  For peers
+/// no pidfd watches.  Without /proc (or without an fd to read it), a
+/// signal-0 probe: only ESRCH says the process is gone.
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read(format!("/proc/{pid}/stat")) {
+        // The state is the first field after the command name's ')'.
+        Ok(stat) => {
+            let state = stat.iter().rposition(|&b| b == b')').and_then(|i| stat.get(i + 2));
+            !matches!(state, Some(b'Z') | Some(b'X'))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(_) => {
+            // SAFETY: signal 0 only checks that the pid exists; no signal is sent.
+            let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+            rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+        }
+    }
+}
+
 /// Reserve the file's blocks now, so a full tmpfs is an error here and not
 /// a SIGBUS on first touch of the mapping.
 pub fn fallocate(fd: RawFd, len: u64) -> io::Result<()> {
@@ -237,4 +264,25 @@ pub fn recv_append(fd: RawFd, buf: &mut Vec<u8>, max: usize) -> io::Result<usize
     // SAFETY: recv initialised exactly `r` bytes after `old`.
     unsafe { buf.set_len(old + r as usize) };
     Ok(r as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    /// The FLIH's check for peers no pidfd watches: an exited child that
+    /// nobody reaped yet (a zombie) is gone, and so is a reaped one.
+    #[test]
+    fn process_alive_sees_exits_and_zombies() {
+        assert!(super::process_alive(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        let t0 = Instant::now();
+        while super::process_alive(pid) {
+            assert!(t0.elapsed() < Duration::from_secs(5), "an exited, unreaped child still counts as alive");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        child.wait().expect("reap");
+        assert!(!super::process_alive(pid));
+    }
 }
