@@ -164,6 +164,18 @@
 #define DOORBELL_MAX_WINDOWS 16
 
 /*
+ Bytes of a task's control segment in the shared-memory directory
+ (reserved whole at doorbell_endpoint_create).
+ */
+#define DOORBELL_CONTROL_BYTES 33856
+
+/*
+ Bytes of a ring segment beyond its ring_bytes (reserved whole at the
+ first send to a same-node (task, window)).
+ */
+#define DOORBELL_RING_HEADER_BYTES 256
+
+/*
  Opaque per-process endpoint.  Any thread may send; each window should be
  progressed by one thread at a time (a concurrent progress of the same
  window returns 0 at once).
@@ -333,7 +345,8 @@ int doorbell_config_init(struct doorbell_config *cfg);
 
 /*
  Create the endpoint: control segment, TCP listener, FLIH thread; window 0
- is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE, SHM, SHM_REFUSED (a
+ is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE (no room in the
+ shared-memory directory for the DOORBELL_CONTROL_BYTES control segment), SHM, SHM_REFUSED (a
  symlink or foreign file at the control segment's name), IN_USE (a live
  endpoint has the same job key and task on this node), NO_INTERFACE,
  NETWORK.
@@ -360,7 +373,8 @@ int doorbell_address(const struct doorbell_endpoint *ep, uint8_t *buf, size_t *l
 int doorbell_connect(struct doorbell_endpoint *ep, const uint8_t *blob, size_t len, uint32_t *task_out);
 
 /*
- 1 if `task` is reached over shared memory, 2 over TCP; UNKNOWN_TASK.
+ 1 if `task` is reached over shared memory, 2 over TCP (also a same-node
+ task to which a ring could not be made: see doorbell_send); UNKNOWN_TASK.
  */
 int doorbell_peer_path(const struct doorbell_endpoint *ep, uint32_t task);
 
@@ -375,6 +389,13 @@ int doorbell_window_open(struct doorbell_endpoint *ep, uint32_t *window_out);
  is 0) to (task, window).  Returns OK
  once the bytes are copied (ring, socket or the peer's backlog): the
  buffer is free at once.  Messages to one (task, window) arrive in order.
+ The first send to a same-node (task, window) makes its ring; if the
+ shared-memory directory has no room for it, that (task, window) is sent
+ to over TCP from then on (doorbell_peer_path says 2; the endpoint's
+ first such pair prints one warning on stderr naming the directory and
+ the bytes a ring needs).  NO_SHM_SPACE only if that task cannot be
+ reached over TCP either: it was never connected (it only sent to us
+ through its ring).
  Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST,
  NO_SHM_SPACE, SHM, SHM_REFUSED (the peer's control segment or our ring's
  name is a symlink or a foreign file), NETWORK.

@@ -40,6 +40,7 @@ typedef struct mca_btl_doorbell_component_t {
     unsigned int spin_us;       /* adaptive: idle time before sleeping */
     unsigned int sleep_max_us;  /* upper bound of one sleep */
     unsigned int ring_size;     /* per-pair ring bytes, 0 -> core default */
+    char *shm_dir;              /* NULL/"": env DOORBELL_SHM_DIR, else /dev/shm */
     char *if_include;
     char *if_exclude;
     int port_min;

@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -314,6 +315,18 @@ static int doorbell_component_register(void)
                   &c->ring_size, OPAL_INFO_LVL_5);
     note_param_error(rc, "btl_doorbell_ring_size");
 
+    c->shm_dir = NULL;
+    rc = mca_base_component_var_register(
+        &c->super.btl_version, "shm_dir",
+        "Directory (an absolute path, ideally a tmpfs) for the shared-memory segments: one "
+        "control segment per rank and one ring (btl_doorbell_ring_size + 256 bytes) per "
+        "same-node pair and direction that talks.  Empty: the DOORBELL_SHM_DIR environment "
+        "variable, else /dev/shm.  A pair with no room for its ring uses TCP (one warning "
+        "per rank)",
+        MCA_BASE_VAR_TYPE_STRING, NULL, 0, MCA_BASE_VAR_FLAG_SETTABLE, OPAL_INFO_LVL_5,
+        MCA_BASE_VAR_SCOPE_READONLY, &c->shm_dir);
+    note_param_error(rc, "btl_doorbell_shm_dir");
+
     c->if_include = NULL;
     rc = mca_base_component_var_register(
         &c->super.btl_version, "if_include",
@@ -441,6 +454,45 @@ static int doorbell_component_close(void)
 /* ------------------------------------------------------------------ */
 /* init                                                                */
 
+/* The shared-memory directory this rank uses: the parameter, else
+ * DOORBELL_SHM_DIR, else /dev/shm (the core's own default order). */
+static const char *shm_dir(const char **source)
+{
+    mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
+    const char *env = getenv("DOORBELL_SHM_DIR");
+
+    if (NULL != c->shm_dir && c->shm_dir[0]) {
+        *source = "btl_doorbell_shm_dir";
+        return c->shm_dir;
+    }
+    if (NULL != env && env[0]) {
+        *source = "DOORBELL_SHM_DIR";
+        return env;
+    }
+    *source = "default";
+    return "/dev/shm";
+}
+
+/* Why `dir` cannot hold segments, or NULL if it can. */
+static const char *bad_shm_dir(const char *dir)
+{
+    struct stat st;
+
+    if ('/' != dir[0]) {
+        return "not an absolute path";
+    }
+    if (0 != stat(dir, &st)) {
+        return strerror(errno);
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        return "not a directory";
+    }
+    if (0 != access(dir, W_OK | X_OK)) {
+        return "this user cannot create files there";
+    }
+    return NULL;
+}
+
 static bool validate_params(void)
 {
     mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
@@ -476,6 +528,17 @@ static bool validate_params(void)
     if (0 != c->ring_size &&
         (c->ring_size < 4096 || c->ring_size > (1u << 30) || (c->ring_size & (c->ring_size - 1)))) {
         BAD("ring_size", "%u", c->ring_size, "must be 0 or a power of 2 from 4096 to 1073741824");
+    }
+    /* (force_tcp too: every rank keeps its control segment there) */
+    {
+        const char *source, *dir = shm_dir(&source), *why = bad_shm_dir(dir);
+        if (NULL != why) {
+            mca_btl_doorbell_show_help(true, "bad-shm-dir",
+                                       "the shared-memory directory %s (from %s) on host %s is "
+                                       "unusable: %s; the doorbell transport is disabled",
+                                       dir, source, host, why);
+            return false;
+        }
     }
     if (c->port_min < 0 || c->port_min > 65535) {
         BAD("port_min", "%d", c->port_min, "must be 0..65535");
@@ -515,14 +578,21 @@ static void explain_create_failure(int rc)
                                    c->if_include ? c->if_include : "",
                                    c->if_exclude ? c->if_exclude : "", host);
         break;
-    case DOORBELL_ERR_NO_SHM_SPACE:
-        mca_btl_doorbell_show_help(true, "no-shm-space",
-                                   "the shared-memory directory (%s) on host %s is full; the "
-                                   "doorbell transport is disabled",
-                                   getenv("DOORBELL_SHM_DIR") ? getenv("DOORBELL_SHM_DIR")
-                                                              : "/dev/shm",
-                                   host);
+    case DOORBELL_ERR_NO_SHM_SPACE: {
+        /* Every rank that fails says so: the others may have found room. */
+        const char *source, *dir = shm_dir(&source);
+        unsigned long ring = (c->ring_size ? c->ring_size : 1u << 20) + DOORBELL_RING_HEADER_BYTES;
+        unsigned long ranks = 1 + opal_process_info.num_local_peers;
+        mca_btl_doorbell_show_help(false, "no-shm-space",
+                                   "no room in the shared-memory directory %s on host %s for "
+                                   "this rank's %d-byte control segment (%lu ranks here need %lu "
+                                   "bytes of them; a ring takes %lu bytes per pair and direction, "
+                                   "%lu for all pairs); the doorbell transport is disabled",
+                                   dir, host, DOORBELL_CONTROL_BYTES, ranks,
+                                   (unsigned long) DOORBELL_CONTROL_BYTES * ranks, ring,
+                                   ring * ranks * (ranks - 1));
         break;
+    }
     default:
         mca_btl_doorbell_show_help(false, "create-failed",
                                    "could not start on host %s: %s (core error %d); the doorbell "
@@ -578,6 +648,10 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
     cfg.node_id = node_hash(opal_process_info.nodename);
     cfg.job = job;
     cfg.ring_bytes = c->ring_size;
+    {
+        const char *source;
+        cfg.shm_dir = shm_dir(&source);
+    }
     cfg.wait_mode = (uint32_t) c->wait_mode;
     cfg.spin_us = c->spin_us;
     cfg.force_tcp = c->force_tcp ? 1 : 0;

@@ -6,6 +6,8 @@
 #   4. the Open MPI component: mpi-tests/ over --mca btl self,doorbell
 #   5. the two-node layout (network namespaces) under a real mpirun
 #   6. stall: two-way traffic and progress-source stalls (mpi-tests/stall.sh)
+#   7. shm-full: a shared-memory directory too small for every ring
+#      (mpi-tests/shm_full.sh, private mount namespace)
 # Prints each suite's figures and a last line "N passed, M failed".
 # The counts are doorbell's own results only: a suite that runs another BTL
 # for reference (mpi-tests idle CPU beside vader, netns beside self,vader,tcp)
@@ -56,6 +58,7 @@ suite c-tests c-tests/run.sh
 suite component ompi/check.sh
 suite mpi-tests mpi-tests/run.sh
 suite stall mpi-tests/stall.sh
+suite shm-full mpi-tests/shm_full.sh
 suite two-node mpi-tests/netns/run.sh
 
 [[ ${#failed_suites[@]} -eq 0 ]] || echo "failed suites: ${failed_suites[*]}"

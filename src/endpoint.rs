@@ -153,7 +153,9 @@ struct PeerTx {
 
 pub(crate) struct Peer {
     pub task: u32,
-    addr: Option<Address>,
+    /// Set by connect; unset for a peer first seen as a sender (a ring it
+    /// made to us, or its TCP hello) until we connect to it.
+    addr: OnceLock<Address>,
     pub local: bool,
     /// The peer's control segment (local peers): its bells and windows.
     control: OnceLock<Control>,
@@ -165,6 +167,9 @@ pub(crate) struct Peer {
     gone: AtomicBool,
     watched: AtomicBool,
     pidfd: Mutex<Option<OwnedFd>>,
+    /// Bit w: no ring to window w could be made (shm directory full), so
+    /// sends to it go over TCP, for good (shm_full.rs).  Set under `tx`.
+    tcp_windows: AtomicU32,
     /// Written under `tx` only (counters.rs).
     shm_sent: GuardedCount,
     notifies_skipped: GuardedCount,
@@ -228,6 +233,8 @@ pub(crate) struct Inner {
     /// Bytes in those messages not yet in a ring (to see a stream move).
     backlog_bytes: AtomicU64,
     parker: SharedFutex,
+    /// The "no room for a ring" warning was printed (once per endpoint).
+    shm_full_warned: AtomicBool,
 }
 
 pub struct Endpoint {
@@ -305,6 +312,7 @@ impl Endpoint {
             backlog_msgs: AtomicU64::new(0),
             backlog_bytes: AtomicU64::new(0),
             parker: SharedFutex,
+            shm_full_warned: AtomicBool::new(false),
         });
         let flih_inner = inner.clone();
         let flih = std::thread::Builder::new()
@@ -351,7 +359,7 @@ impl Endpoint {
 
     pub fn peer_path(&self, task: u32) -> Result<u32> {
         let p = self.inner.peer(task)?;
-        Ok(if p.local { 1 } else { 2 })
+        Ok(if p.local && p.tcp_windows.load(Ordering::Acquire) == 0 { 1 } else { 2 })
     }
 
     pub fn send(&self, task: u32, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
@@ -428,7 +436,7 @@ impl Inner {
     fn peer_or_insert(&self, task: u32, local: bool, addr: Option<Address>) -> &Arc<Peer> {
         self.peers.get_or_insert_with(task, || Peer {
             task,
-            addr,
+            addr: addr.map(OnceLock::from).unwrap_or_default(),
             local,
             control: OnceLock::new(),
             tx: Mutex::new(PeerTx { rings: (0..MAX_WINDOWS).map(|_| None).collect(), ..Default::default() }),
@@ -437,6 +445,7 @@ impl Inner {
             gone: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             pidfd: Mutex::new(None),
+            tcp_windows: AtomicU32::new(0),
             shm_sent: GuardedCount::default(),
             notifies_skipped: GuardedCount::default(),
         })
@@ -449,7 +458,12 @@ impl Inner {
         }
         let local = !self.cfg.force_tcp && a.node_id == self.cfg.node_id;
         let p = self.peer_or_insert(a.task, local, Some(a));
-        if p.local != local || p.addr.is_some_and(|old| old != a) {
+        let addressed_now = p.addr.set(a).is_ok();
+        // A same-node peer known so far only by its hello (it reached us
+        // over TCP: no room for its ring, see shm_full.rs) stays on TCP,
+        // which also keeps the order of anything sent to it already.
+        let known_by_hello = addressed_now && !p.local && local;
+        if (p.local != local && !known_by_hello) || p.addr.get() != Some(&a) {
             // The same task id with another address: a mix-up in the caller.
             return Err(Error::BadAddress);
         }
@@ -538,15 +552,35 @@ impl Inner {
         if p.lost.load(Ordering::Acquire) {
             return Err(Error::PeerLost);
         }
-        if p.local {
-            self.send_local(p, window, tag, parts)
-        } else {
-            let conn = self.tcp_conn(p)?;
-            let hdr = FrameHeader { len, window, tag, kind: frame::KIND_MESSAGE };
-            conn.send(hdr, parts, self.cfg.max_backlog)?;
-            bump(&self.counters.tcp_sent);
-            Ok(())
+        if p.local && p.tcp_windows.load(Ordering::Relaxed) & (1 << window) == 0 {
+            match self.send_local(p, window, tag, parts) {
+                Err(Error::NoShmSpace) => self.shm_full(p, window)?,
+                sent => return sent,
+            }
         }
+        let conn = self.tcp_conn(p)?;
+        let hdr = FrameHeader { len, window, tag, kind: frame::KIND_MESSAGE };
+        conn.send(hdr, parts, self.cfg.max_backlog)?;
+        bump(&self.counters.tcp_sent);
+        Ok(())
+    }
+
+    /// No ring to (p, window) could be made (or another thread found so):
+    /// go over TCP from now on if the peer can be reached there, else
+    /// report NoShmSpace.  The endpoint's first such pair prints the
+    /// warning of shm_full.rs.
+    fn shm_full(&self, p: &Peer, window: u32) -> Result<()> {
+        if p.tcp_windows.load(Ordering::Acquire) & (1 << window) == 0 {
+            // A peer we never connected to (seen only as a sender) and
+            // whose connection never reached us: no TCP address to use.
+            return Err(Error::NoShmSpace);
+        }
+        if !self.shm_full_warned.swap(true, Ordering::Relaxed) {
+            let local_peers = self.peer_list().iter().filter(|q| q.local && q.task != self.cfg.task).count();
+            let ring = crate::ring::HEADER_BYTES as u64 + self.cfg.ring_bytes as u64;
+            eprintln!("{}", crate::shm_full::warning(&self.cfg, p.task, ring, local_peers as u64));
+        }
+        Ok(())
     }
 
     fn send_local(&self, p: &Peer, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
@@ -557,7 +591,11 @@ impl Inner {
         let g = Gather::new(parts);
         let mut tx = lock(&p.tx);
         if tx.rings[window as usize].is_none() {
-            let prod = Producer::create(
+            if p.tcp_windows.load(Ordering::Relaxed) & (1 << window) != 0 {
+                // Another thread switched this window to TCP meanwhile.
+                return Err(Error::NoShmSpace);
+            }
+            let made = Producer::create(
                 &self.cfg.shm_dir,
                 &self.cfg.job,
                 self.cfg.task,
@@ -565,7 +603,18 @@ impl Inner {
                 window,
                 self.cfg.ring_bytes,
                 self.cfg.bulk_max,
-            )?;
+            );
+            let prod = match made {
+                Ok(prod) => prod,
+                Err(Error::NoShmSpace) => {
+                    // TCP from now on, if there is a way (see shm_full).
+                    if p.addr.get().is_some() || lock(&p.conn).is_some() {
+                        p.tcp_windows.fetch_or(1 << window, Ordering::Release);
+                    }
+                    return Err(Error::NoShmSpace);
+                }
+                Err(e) => return Err(e),
+            };
             tx.rings[window as usize] = Some(prod);
             // Announce the ring: bitmap bit, then the flag the receiver polls.
             let slot = ctl.window(window);
@@ -767,7 +816,7 @@ impl Inner {
             return Ok(());
         }
         let p = self.peer(task)?;
-        if p.addr.is_some_and(|a| a.node_id != self.cfg.node_id) {
+        if p.addr.get().is_some_and(|a| a.node_id != self.cfg.node_id) {
             // Another node: its bells are not in our shared memory.
             return Err(Error::InvalidArgument);
         }
@@ -787,7 +836,7 @@ impl Inner {
             }
             return Err(Error::PeerLost);
         }
-        let addr = p.addr.ok_or(Error::UnknownTask)?;
+        let addr = *p.addr.get().ok_or(Error::UnknownTask)?;
         let mut stream =
             TcpStream::connect_timeout(&addr.tcp.into(), Duration::from_secs(5)).map_err(|_| Error::Network)?;
         use std::io::Write;

@@ -79,6 +79,16 @@ pub const DOORBELL_MAX_WINDOWS: u32 = 16;
 const _: () = assert!(DOORBELL_ADDRESS_MAX == ADDRESS_MAX && DOORBELL_MAX_TASKS == MAX_TASKS);
 const _: () = assert!(DOORBELL_MAX_WINDOWS == MAX_WINDOWS);
 
+/// Bytes of a task's control segment in the shared-memory directory
+/// (reserved whole at doorbell_endpoint_create).
+pub const DOORBELL_CONTROL_BYTES: usize = 33856;
+/// Bytes of a ring segment beyond its ring_bytes (reserved whole at the
+/// first send to a same-node (task, window)).
+pub const DOORBELL_RING_HEADER_BYTES: usize = 256;
+
+const _: () = assert!(DOORBELL_CONTROL_BYTES == crate::control::CONTROL_BYTES);
+const _: () = assert!(DOORBELL_RING_HEADER_BYTES == crate::ring::HEADER_BYTES);
+
 /// Opaque per-process endpoint.  Any thread may send; each window should be
 /// progressed by one thread at a time (a concurrent progress of the same
 /// window returns 0 at once).
@@ -234,7 +244,8 @@ fn config_from_c(c: &doorbell_config) -> Result<Config, Error> {
 }
 
 /// Create the endpoint: control segment, TCP listener, FLIH thread; window 0
-/// is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE, SHM, SHM_REFUSED (a
+/// is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE (no room in the
+/// shared-memory directory for the DOORBELL_CONTROL_BYTES control segment), SHM, SHM_REFUSED (a
 /// symlink or foreign file at the control segment's name), IN_USE (a live
 /// endpoint has the same job key and task on this node), NO_INTERFACE,
 /// NETWORK.
@@ -310,7 +321,8 @@ pub extern "C" fn doorbell_connect(ep: *mut doorbell_endpoint, blob: *const u8, 
     })
 }
 
-/// 1 if `task` is reached over shared memory, 2 over TCP; UNKNOWN_TASK.
+/// 1 if `task` is reached over shared memory, 2 over TCP (also a same-node
+/// task to which a ring could not be made: see doorbell_send); UNKNOWN_TASK.
 #[no_mangle]
 pub extern "C" fn doorbell_peer_path(ep: *const doorbell_endpoint, task: u32) -> c_int {
     guard(|| Ok(endpoint(ep)?.peer_path(task)? as c_int))
@@ -333,6 +345,13 @@ pub extern "C" fn doorbell_window_open(ep: *mut doorbell_endpoint, window_out: *
 /// is 0) to (task, window).  Returns OK
 /// once the bytes are copied (ring, socket or the peer's backlog): the
 /// buffer is free at once.  Messages to one (task, window) arrive in order.
+/// The first send to a same-node (task, window) makes its ring; if the
+/// shared-memory directory has no room for it, that (task, window) is sent
+/// to over TCP from then on (doorbell_peer_path says 2; the endpoint's
+/// first such pair prints one warning on stderr naming the directory and
+/// the bytes a ring needs).  NO_SHM_SPACE only if that task cannot be
+/// reached over TCP either: it was never connected (it only sent to us
+/// through its ring).
 /// Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST,
 /// NO_SHM_SPACE, SHM, SHM_REFUSED (the peer's control segment or our ring's
 /// name is a symlink or a foreign file), NETWORK.

@@ -39,6 +39,8 @@ mod preload;
 pub mod ring;
 #[cfg(not(loom))]
 pub mod shm;
+#[cfg(not(loom))]
+mod shm_full;
 mod sync;
 #[cfg(not(loom))]
 mod sys;

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# mpi-tests/shm_full.sh -- doorbell with a shared-memory directory too small
+# for a ring per pair of ranks (issue 10 point 9, issue 11's container case).
+#
+# Runs in a private mount namespace (re-executes itself under `unshare -m`,
+# so needs root): each scenario mounts a tmpfs of a given size, runs
+# shm_full.c (alltoall, pairwise 1 MiB exchanges, alltoallv; every byte
+# checked) under mpirun with --mca btl self,doorbell, and checks:
+#   - the job exits 0 and the program reports OK;
+#   - pairs without room for a ring went over TCP (the finalize report shows
+#     both paths) and each rank printed the "no room" warning at most once,
+#     naming the directory, the space needed and btl_doorbell_ring_size;
+#   - no file is left in the directory afterwards.
+# Scenarios:
+#   env        8 ranks, DOORBELL_SHM_DIR on a 4 MiB tmpfs, default parameters
+#   mca        8 ranks, --mca btl_doorbell_shm_dir on a 4 MiB tmpfs, 128 KiB
+#              rings and no single copy: 128 KiB fragments go through bulk
+#              buffers (2 x 256 KiB), most of which cannot be made either
+#   container  16 ranks, default parameters, a 64 MiB tmpfs mounted over
+#              /dev/shm (a container's default /dev/shm size)
+#   no_control 4 ranks on a 40 KiB tmpfs: at most one rank's control segment
+#              fits; every rank that has none says so (directory and space
+#              needed), and the job ends non-zero without hanging.  (The one
+#              control segment that fit stays: its rank is aborted inside
+#              MPI_Init, and the next job's reaper removes it.)
+# Prints PASS/FAIL per check and ends with "N passed, M failed".
+#
+# Environment: RUN_TIMEOUT (seconds per mpirun, 240), OUT (<repo>/target/mpi-tests-shm-full).
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+if [[ ${SHM_FULL_NS:-} != 1 ]]; then
+    # A private mount namespace: the tmpfs mounts (and the one over /dev/shm)
+    # are invisible to everyone else and vanish with this script.
+    exec env SHM_FULL_NS=1 unshare -m --propagation private "$0" "$@"
+fi
+RUN_TIMEOUT=${RUN_TIMEOUT:-240}
+OUT=${OUT:-$ROOT/target/mpi-tests-shm-full}
+mkdir -p "$OUT"
+rm -f "$OUT"/*.log
+PASSED=0
+FAILED=0
+pass() { PASSED=$((PASSED + 1)); printf 'PASS  %-66s %s\n' "$1" "${2:-}"; }
+fail() {
+    FAILED=$((FAILED + 1))
+    printf 'FAIL  %-66s %s\n' "$1" "${2:-}"
+    [[ -n ${3:-} && -f $3 ]] && tail -n 25 "$3" | sed 's/^/      | /'
+}
+finish() {
+    echo "$PASSED passed, $FAILED failed"
+    [[ $FAILED -eq 0 ]]
+    exit
+}
+
+if mpicc.openmpi -O2 -g -Wall -Wextra -Werror -o "$OUT/shm_full" "$HERE/shm_full.c" >"$OUT/build.log" 2>&1; then
+    pass "build shm_full"
+else
+    fail "build shm_full" "mpicc.openmpi failed" "$OUT/build.log"
+    finish
+fi
+
+MOUNTS=()
+cleanup() { for m in "${MOUNTS[@]}"; do umount -l "$m" 2>/dev/null; done; }
+trap cleanup EXIT
+# tmpfs DIR SIZE: mount a fresh tmpfs of SIZE on DIR.
+tmpfs() {
+    mkdir -p "$1"
+    if mount -t tmpfs -o "size=$2,mode=1777" tmpfs "$1"; then
+        MOUNTS+=("$1")
+        return 0
+    fi
+    fail "mount a $2 tmpfs on $1" "mount failed (needs root)"
+    return 1
+}
+
+WARN='btl_doorbell_ring_size'
+# paths PATH LOG: finalize reports "rank R peer P path=PATH" with P != R.
+paths() {
+    sed -n "s/.*btl doorbell: rank \([0-9]*\) peer \([0-9]*\) path=$1.*/\1 \2/p" "$2" | awk '$1 != $2' | wc -l
+}
+# scenario NAME NP DIR [env VAR=VALUE...] -- MPIRUN ARGS...: run shm_full and check it.
+scenario() {
+    local name=$1 np=$2 dir=$3 envs=() args=() log=$OUT/$1.log rc t0
+    shift 3
+    while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+    shift
+    args=("$@")
+    t0=$SECONDS
+    env "${envs[@]}" timeout "$RUN_TIMEOUT" mpirun.openmpi --allow-run-as-root --oversubscribe -np "$np" \
+        --mca pml ob1 --mca btl self,doorbell --mca btl_doorbell_if_include lo \
+        --mca btl_doorbell_verbose 1 "${args[@]}" >"$log" 2>&1
+    rc=$?
+    local took=$((SECONDS - t0))
+    if [[ $rc == 0 ]] && grep -q "shm_full: OK ($np ranks)" "$log"; then
+        pass "$name: $np ranks, data checked, exit 0" "(${took} s)"
+    else
+        fail "$name: $np ranks, data checked, exit 0" "exit $rc after ${took} s" "$log"
+    fi
+    # The finalize reports (each rank names every peer, itself included):
+    # some pairs got a ring, the others went over TCP.
+    local shm tcp
+    shm=$(paths shm "$log")
+    tcp=$(paths tcp "$log")
+    if [[ $shm -gt 0 && $tcp -gt 0 && $((shm + tcp)) -eq $((np * (np - 1))) ]]; then
+        pass "$name: pairs with a ring use shm, the others tcp" "($shm shm, $tcp tcp of $((np * (np - 1))))"
+    else
+        fail "$name: pairs with a ring use shm, the others tcp" "($shm shm, $tcp tcp of $((np * (np - 1))))" "$log"
+    fi
+    # One warning per rank at most, and it says what to change.
+    local warned most
+    warned=$(grep -c "$WARN" "$log")
+    most=$(grep -o "doorbell: task [0-9]*: no room" "$log" | sort | uniq -c | awk '{print $1}' | sort -n | tail -n 1)
+    if [[ $warned -ge 1 && $warned -le $np && ${most:-0} -le 1 ]] &&
+        grep -q "no room in $dir " "$log" && grep -Eq 'needs [0-9]+ bytes' "$log"; then
+        pass "$name: warning at most once per rank, names $dir, bytes, $WARN" "($warned lines)"
+    else
+        fail "$name: warning at most once per rank, names $dir, bytes, $WARN" \
+            "($warned lines naming $WARN, at most ${most:-0} from one rank)" "$log"
+    fi
+    local left
+    left=$(ls -A "$dir")
+    if [[ -z $left ]]; then
+        pass "$name: nothing left in $dir"
+    else
+        fail "$name: nothing left in $dir" "$(du -sh "$dir" | cut -f1): $(echo $left | head -c 300)"
+    fi
+}
+
+T=$(mktemp -d /tmp/doorbell-shm-full.XXXXXX)
+if tmpfs "$T/env" 4m; then
+    scenario env 8 "$T/env" DOORBELL_SHM_DIR="$T/env" -- -x DOORBELL_SHM_DIR "$OUT/shm_full" 1048576
+fi
+if tmpfs "$T/mca" 4m; then
+    scenario mca 8 "$T/mca" -u DOORBELL_SHM_DIR -- --mca btl_doorbell_shm_dir "$T/mca" \
+        --mca btl_doorbell_ring_size 131072 --mca btl_doorbell_single_copy 0 "$OUT/shm_full" 1048576
+fi
+if tmpfs /dev/shm 64m; then
+    scenario container 16 /dev/shm -u DOORBELL_SHM_DIR -- "$OUT/shm_full" 1048576
+fi
+
+# No room even for the control segments: a clear error from every rank that
+# has none, naming the directory and the space, and no hang.
+if tmpfs "$T/ctl" 40k; then
+    log=$OUT/no_control.log
+    t0=$SECONDS
+    DOORBELL_SHM_DIR="$T/ctl" timeout "$RUN_TIMEOUT" mpirun.openmpi --allow-run-as-root --oversubscribe -np 4 \
+        -x DOORBELL_SHM_DIR --mca pml ob1 --mca btl self,doorbell --mca btl_doorbell_if_include lo \
+        "$OUT/shm_full" 65536 >"$log" 2>&1
+    rc=$?
+    took=$((SECONDS - t0))
+    if [[ $rc != 0 && $rc != 124 && $took -le 60 ]]; then
+        pass "no_control: the job ends, non-zero" "(exit $rc after ${took} s)"
+    else
+        fail "no_control: the job ends, non-zero" "(exit $rc after ${took} s)" "$log"
+    fi
+    n=$(grep -c "Directory: *$T/ctl" "$log")
+    if [[ $n -ge 3 ]] && grep -Eq 'Needs: *[0-9]+ bytes' "$log"; then
+        pass "no_control: each rank without a control segment says so" "($n of 4 ranks; at most 1 fits)"
+    else
+        fail "no_control: each rank without a control segment says so" "($n of 4 ranks)" "$log"
+    fi
+fi
+cleanup
+MOUNTS=()
+rm -rf "$T"
+finish
