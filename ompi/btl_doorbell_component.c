@@ -580,16 +580,19 @@ static void explain_create_failure(int rc)
         break;
     case DOORBELL_ERR_NO_SHM_SPACE: {
         /* Every rank that fails says so: the others may have found room. */
+        /* what a tmpfs charges: whole pages */
         const char *source, *dir = shm_dir(&source);
-        unsigned long ring = (c->ring_size ? c->ring_size : 1u << 20) + DOORBELL_RING_HEADER_BYTES;
+        unsigned long page = (unsigned long) sysconf(_SC_PAGESIZE);
+        unsigned long control = (DOORBELL_CONTROL_BYTES + page - 1) / page * page;
+        unsigned long ring = ((c->ring_size ? c->ring_size : 1ul << 20) + DOORBELL_RING_HEADER_BYTES +
+                              page - 1) / page * page;
         unsigned long ranks = 1 + opal_process_info.num_local_peers;
         mca_btl_doorbell_show_help(false, "no-shm-space",
                                    "no room in the shared-memory directory %s on host %s for "
-                                   "this rank's %d-byte control segment (%lu ranks here need %lu "
+                                   "this rank's %lu-byte control segment (%lu ranks here need %lu "
                                    "bytes of them; a ring takes %lu bytes per pair and direction, "
                                    "%lu for all pairs); the doorbell transport is disabled",
-                                   dir, host, DOORBELL_CONTROL_BYTES, ranks,
-                                   (unsigned long) DOORBELL_CONTROL_BYTES * ranks, ring,
+                                   dir, host, control, ranks, control * ranks, ring,
                                    ring * ranks * (ranks - 1));
         break;
     }
