@@ -14,16 +14,6 @@ pub enum WaitMode {
 }
 
 impl WaitMode {
-    pub fn from_code(c: u32) -> Option<Option<WaitMode>> {
-        match c {
-            0 => Some(None),
-            1 => Some(Some(WaitMode::Poll)),
-            2 => Some(Some(WaitMode::Block)),
-            3 => Some(Some(WaitMode::Adaptive)),
-            _ => None,
-        }
-    }
-
     pub fn parse(s: &str) -> Option<WaitMode> {
         match s.trim().to_ascii_lowercase().as_str() {
             "poll" | "spin" => Some(WaitMode::Poll),
@@ -88,7 +78,7 @@ pub fn env_wait_mode() -> Option<WaitMode> {
 }
 
 impl Config {
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         let job_ok = !self.job.is_empty()
             && self.job.len() <= 40
             && self.job.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
@@ -109,12 +99,12 @@ impl Config {
     }
 
     /// Stable 64-bit FNV-1a hash of the job key, carried in blobs and hellos.
-    pub fn job_hash(&self) -> u64 {
+    pub(crate) fn job_hash(&self) -> u64 {
         fnv1a(self.job.as_bytes())
     }
 
     /// The IPv4 address to listen on and advertise, from if_include/if_exclude.
-    pub fn pick_address(&self) -> Result<Ipv4Addr> {
+    pub(crate) fn pick_address(&self) -> Result<Ipv4Addr> {
         let ifs = crate::sys::ipv4_interfaces().map_err(|_| Error::Network)?;
         let include = parse_selectors(&self.if_include)?;
         let exclude = parse_selectors(&self.if_exclude)?;

@@ -107,12 +107,4 @@ impl Control {
         assert!(w < MAX_WINDOWS);
         self.seg.at(HEADER_BYTES + w as usize * std::mem::size_of::<WindowSlot>())
     }
-
-    pub fn unlink(&mut self) {
-        self.seg.unlink();
-    }
-
-    pub fn segment_mut(&mut self) -> &mut Segment {
-        &mut self.seg
-    }
 }

@@ -15,8 +15,6 @@ pub struct Counters {
     pub notifies_skipped: AtomicU64,
     pub wakeups: AtomicU64,
     pub spurious_wakeups: AtomicU64,
-    pub shm_sent: AtomicU64,
-    pub shm_received: AtomicU64,
     pub tcp_sent: AtomicU64,
     pub tcp_received: AtomicU64,
     pub shm_wakeups: AtomicU64,
@@ -63,8 +61,10 @@ impl Counters {
             notifies_skipped: self.notifies_skipped.load(Relaxed),
             wakeups: self.wakeups.load(Relaxed),
             spurious_wakeups: self.spurious_wakeups.load(Relaxed),
-            shm_sent: self.shm_sent.load(Relaxed),
-            shm_received: self.shm_received.load(Relaxed),
+            // Counted per peer and per window (GuardedCount); the
+            // endpoint adds them up.
+            shm_sent: 0,
+            shm_received: 0,
             tcp_sent: self.tcp_sent.load(Relaxed),
             tcp_received: self.tcp_received.load(Relaxed),
             shm_wakeups: self.shm_wakeups.load(Relaxed),

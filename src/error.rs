@@ -1,5 +1,6 @@
 //! Errors of the core and their C status codes (one table, both directions).
 
+use crate::ffi;
 use std::fmt;
 use std::io;
 
@@ -26,25 +27,25 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// The C status code (DOORBELL_ERR_* in doorbell.h).
+    /// The C status code: the header's DOORBELL_ERR_* (ffi.rs).
     pub fn code(self) -> i32 {
         match self {
-            Error::InvalidArgument => -1,
-            Error::UnknownWindow => -2,
-            Error::UnknownTask => -3,
-            Error::BadLength => -4,
-            Error::BadAddress => -5,
-            Error::WouldBlock => -6,
-            Error::TimedOut => -7,
-            Error::PeerLost => -8,
-            Error::NoShmSpace => -9,
-            Error::Shm => -10,
-            Error::Network => -11,
-            Error::NoInterface => -12,
-            Error::BufferTooSmall => -13,
-            Error::Internal => -14,
-            Error::ShmRefused => -15,
-            Error::InUse => -16,
+            Error::InvalidArgument => ffi::DOORBELL_ERR_INVALID_ARGUMENT,
+            Error::UnknownWindow => ffi::DOORBELL_ERR_UNKNOWN_WINDOW,
+            Error::UnknownTask => ffi::DOORBELL_ERR_UNKNOWN_TASK,
+            Error::BadLength => ffi::DOORBELL_ERR_BAD_LENGTH,
+            Error::BadAddress => ffi::DOORBELL_ERR_BAD_ADDRESS,
+            Error::WouldBlock => ffi::DOORBELL_ERR_WOULD_BLOCK,
+            Error::TimedOut => ffi::DOORBELL_ERR_TIMED_OUT,
+            Error::PeerLost => ffi::DOORBELL_ERR_PEER_LOST,
+            Error::NoShmSpace => ffi::DOORBELL_ERR_NO_SHM_SPACE,
+            Error::Shm => ffi::DOORBELL_ERR_SHM,
+            Error::Network => ffi::DOORBELL_ERR_NETWORK,
+            Error::NoInterface => ffi::DOORBELL_ERR_NO_INTERFACE,
+            Error::BufferTooSmall => ffi::DOORBELL_ERR_BUFFER_TOO_SMALL,
+            Error::Internal => ffi::DOORBELL_ERR_INTERNAL,
+            Error::ShmRefused => ffi::DOORBELL_ERR_SHM_REFUSED,
+            Error::InUse => ffi::DOORBELL_ERR_IN_USE,
         }
     }
 
@@ -53,7 +54,7 @@ impl Error {
     }
 
     /// The message as a C string, for doorbell_error_string.
-    pub fn c_message(self) -> &'static std::ffi::CStr {
+    pub(crate) fn c_message(self) -> &'static std::ffi::CStr {
         match self {
             Error::InvalidArgument => c"invalid argument (null pointer or bad configuration value)",
             Error::UnknownWindow => c"unknown window: not open at the receiver",
@@ -78,12 +79,12 @@ impl Error {
         }
     }
 
-    pub fn from_code(code: i32) -> Option<Error> {
+    pub(crate) fn from_code(code: i32) -> Option<Error> {
         ALL.iter().copied().find(|e| e.code() == code)
     }
 
     /// Map a shared-memory I/O error: ENOSPC is its own code.
-    pub fn shm(e: io::Error) -> Error {
+    pub(crate) fn shm(e: io::Error) -> Error {
         match e.raw_os_error() {
             Some(libc::ENOSPC) | Some(libc::ENOMEM) => Error::NoShmSpace,
             _ => Error::Shm,

@@ -1,5 +1,12 @@
 //! The C ABI.  Every entry point catches panics and returns a status code
 //! (DOORBELL_OK, a count, or a negative DOORBELL_ERR_*); no panic crosses it.
+//!
+//! The entry points that take pointers are `unsafe extern "C"`: their
+//! contract, the header's, is that every pointer is NULL (where a function
+//! rejects it with INVALID_ARGUMENT) or valid for what it names (an endpoint
+//! from doorbell_endpoint_create not yet destroyed, a writable out-value,
+//! `len` readable bytes, a NUL-terminated string).  Rust callers use
+//! `Endpoint`; this module is not part of the Rust API.
 #![allow(non_camel_case_types)]
 
 use crate::address::{ADDRESS_BYTES, ADDRESS_MAX};
@@ -154,6 +161,17 @@ pub struct doorbell_wake {
 pub type doorbell_recv_fn =
     Option<unsafe extern "C" fn(ctx: *mut c_void, task: u32, window: u32, tag: u8, data: *const u8, len: usize)>;
 
+/// A DOORBELL_WAIT_* code: Some(None) for DEFAULT, None if unknown.
+fn wait_mode(code: u32) -> Option<Option<WaitMode>> {
+    match code {
+        DOORBELL_WAIT_DEFAULT => Some(None),
+        DOORBELL_WAIT_POLL => Some(Some(WaitMode::Poll)),
+        DOORBELL_WAIT_BLOCK => Some(Some(WaitMode::Block)),
+        DOORBELL_WAIT_ADAPTIVE => Some(Some(WaitMode::Adaptive)),
+        _ => None,
+    }
+}
+
 fn guard(f: impl FnOnce() -> Result<c_int, Error>) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(n)) => n,
@@ -172,9 +190,13 @@ unsafe fn opt_str(p: *const c_char) -> Result<Option<String>, Error> {
     s.to_str().map(|s| Some(s.to_owned())).map_err(|_| Error::InvalidArgument)
 }
 
-fn endpoint<'a>(ep: *const doorbell_endpoint) -> Result<&'a Endpoint, Error> {
-    // SAFETY: the caller passes NULL or a pointer from doorbell_endpoint_create
-    // that it has not destroyed (documented contract).
+/// The endpoint behind a handle; NULL is INVALID_ARGUMENT.
+///
+/// # Safety
+/// `ep` is NULL or a pointer from doorbell_endpoint_create that has not
+/// been destroyed, and it stays valid for `'a`.
+unsafe fn endpoint<'a>(ep: *const doorbell_endpoint) -> Result<&'a Endpoint, Error> {
+    // SAFETY: the caller's contract above.
     unsafe { ep.as_ref() }.map(|e| &e.ep).ok_or(Error::InvalidArgument)
 }
 
@@ -184,7 +206,7 @@ fn endpoint<'a>(ep: *const doorbell_endpoint) -> Result<&'a Endpoint, Error> {
 /// DOORBELL_ERR_IN_USE (it never shares the first one's segments); programs
 /// that may run side by side should pass a job key of their own.
 #[no_mangle]
-pub extern "C" fn doorbell_config_init(cfg: *mut doorbell_config) -> c_int {
+pub unsafe extern "C" fn doorbell_config_init(cfg: *mut doorbell_config) -> c_int {
     guard(|| {
         // SAFETY: the caller passes NULL or a writable doorbell_config.
         let cfg = unsafe { cfg.as_mut() }.ok_or(Error::InvalidArgument)?;
@@ -226,7 +248,7 @@ fn config_from_c(c: &doorbell_config) -> Result<Config, Error> {
     if c.bulk_max_bytes != 0 {
         cfg.bulk_max = c.bulk_max_bytes as u64;
     }
-    if let Some(m) = WaitMode::from_code(c.wait_mode).ok_or(Error::InvalidArgument)? {
+    if let Some(m) = wait_mode(c.wait_mode).ok_or(Error::InvalidArgument)? {
         cfg.wait_mode = m;
     }
     if c.spin_us != 0 {
@@ -250,7 +272,7 @@ fn config_from_c(c: &doorbell_config) -> Result<Config, Error> {
 /// endpoint has the same job key and task on this node), NO_INTERFACE,
 /// NETWORK.
 #[no_mangle]
-pub extern "C" fn doorbell_endpoint_create(cfg: *const doorbell_config, out: *mut *mut doorbell_endpoint) -> c_int {
+pub unsafe extern "C" fn doorbell_endpoint_create(cfg: *const doorbell_config, out: *mut *mut doorbell_endpoint) -> c_int {
     guard(|| {
         // SAFETY: NULL or a valid config / writable pointer (documented contract).
         let (c, out) = unsafe { (cfg.as_ref(), out.as_mut()) };
@@ -264,7 +286,7 @@ pub extern "C" fn doorbell_endpoint_create(cfg: *const doorbell_config, out: *mu
 /// Flush (bounded), say goodbye to peers, stop the FLIH thread and unlink
 /// every segment this endpoint created.  NULL is accepted.
 #[no_mangle]
-pub extern "C" fn doorbell_endpoint_destroy(ep: *mut doorbell_endpoint) -> c_int {
+pub unsafe extern "C" fn doorbell_endpoint_destroy(ep: *mut doorbell_endpoint) -> c_int {
     guard(|| {
         if !ep.is_null() {
             // SAFETY: `ep` came from doorbell_endpoint_create and is destroyed once.
@@ -277,9 +299,10 @@ pub extern "C" fn doorbell_endpoint_destroy(ep: *mut doorbell_endpoint) -> c_int
 /// Write the address blob into `buf`; `*len` is its capacity in, the blob's
 /// length out.  BUFFER_TOO_SMALL if the capacity is short.
 #[no_mangle]
-pub extern "C" fn doorbell_address(ep: *const doorbell_endpoint, buf: *mut u8, len: *mut usize) -> c_int {
+pub unsafe extern "C" fn doorbell_address(ep: *const doorbell_endpoint, buf: *mut u8, len: *mut usize) -> c_int {
     guard(|| {
-        let ep = endpoint(ep)?;
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
         // SAFETY: NULL or a writable size_t.
         let len = unsafe { len.as_mut() }.ok_or(Error::InvalidArgument)?;
         if buf.is_null() {
@@ -301,9 +324,10 @@ pub extern "C" fn doorbell_address(ep: *const doorbell_endpoint, buf: *mut u8, l
 /// connecting to yourself is allowed.  BAD_ADDRESS for a malformed or
 /// foreign blob.
 #[no_mangle]
-pub extern "C" fn doorbell_connect(ep: *mut doorbell_endpoint, blob: *const u8, len: usize, task_out: *mut u32) -> c_int {
+pub unsafe extern "C" fn doorbell_connect(ep: *mut doorbell_endpoint, blob: *const u8, len: usize, task_out: *mut u32) -> c_int {
     guard(|| {
-        let ep = endpoint(ep)?;
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
         if blob.is_null() {
             return Err(Error::InvalidArgument);
         }
@@ -324,16 +348,21 @@ pub extern "C" fn doorbell_connect(ep: *mut doorbell_endpoint, blob: *const u8, 
 /// 1 if `task` is reached over shared memory, 2 over TCP (also a same-node
 /// task to which a ring could not be made: see doorbell_send); UNKNOWN_TASK.
 #[no_mangle]
-pub extern "C" fn doorbell_peer_path(ep: *const doorbell_endpoint, task: u32) -> c_int {
-    guard(|| Ok(endpoint(ep)?.peer_path(task)? as c_int))
+pub unsafe extern "C" fn doorbell_peer_path(ep: *const doorbell_endpoint, task: u32) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        Ok(ep.peer_path(task)? as c_int)
+    })
 }
 
 /// Open another receive window; `*window_out` gets its number.
 /// INVALID_ARGUMENT once DOORBELL_MAX_WINDOWS are open.
 #[no_mangle]
-pub extern "C" fn doorbell_window_open(ep: *mut doorbell_endpoint, window_out: *mut u32) -> c_int {
+pub unsafe extern "C" fn doorbell_window_open(ep: *mut doorbell_endpoint, window_out: *mut u32) -> c_int {
     guard(|| {
-        let ep = endpoint(ep)?;
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
         // SAFETY: NULL or a writable u32.
         let out = unsafe { window_out.as_mut() }.ok_or(Error::InvalidArgument)?;
         *out = ep.window_open()?;
@@ -356,7 +385,7 @@ pub extern "C" fn doorbell_window_open(ep: *mut doorbell_endpoint, window_out: *
 /// NO_SHM_SPACE, SHM, SHM_REFUSED (the peer's control segment or our ring's
 /// name is a symlink or a foreign file), NETWORK.
 #[no_mangle]
-pub extern "C" fn doorbell_send(
+pub unsafe extern "C" fn doorbell_send(
     ep: *mut doorbell_endpoint,
     task: u32,
     window: u32,
@@ -365,13 +394,15 @@ pub extern "C" fn doorbell_send(
     len: usize,
 ) -> c_int {
     let iov = doorbell_iovec { base: data, len };
-    doorbell_sendv(ep, task, window, tag, &iov, 1)
+    // SAFETY: our caller's contract covers `ep` and `data`; `iov` is one
+    // live entry.
+    unsafe { doorbell_sendv(ep, task, window, tag, &iov, 1) }
 }
 
 /// Same as doorbell_send, gathering the message from `iovcnt` pieces (at
 /// most 1024; a piece of length 0 may have a NULL base).
 #[no_mangle]
-pub extern "C" fn doorbell_sendv(
+pub unsafe extern "C" fn doorbell_sendv(
     ep: *mut doorbell_endpoint,
     task: u32,
     window: u32,
@@ -380,7 +411,8 @@ pub extern "C" fn doorbell_sendv(
     iovcnt: usize,
 ) -> c_int {
     guard(|| {
-        let ep = endpoint(ep)?;
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
         if iovcnt > 1024 || (iov.is_null() && iovcnt > 0) {
             return Err(Error::InvalidArgument);
         }
@@ -446,7 +478,7 @@ fn report(w: Woke, wake: *mut doorbell_wake) -> Result<c_int, Error> {
 /// the lost task; `wake` may be NULL).  `cb` must not be NULL
 /// (INVALID_ARGUMENT): a message is never dropped unseen.
 #[no_mangle]
-pub extern "C" fn doorbell_progress(
+pub unsafe extern "C" fn doorbell_progress(
     ep: *mut doorbell_endpoint,
     window: u32,
     cb: doorbell_recv_fn,
@@ -454,7 +486,8 @@ pub extern "C" fn doorbell_progress(
     wake: *mut doorbell_wake,
 ) -> c_int {
     guard(|| {
-        let ep = endpoint(ep)?;
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
         cb.ok_or(Error::InvalidArgument)?;
         let w = ep.progress(window, &mut call_back(cb, ctx, window))?;
         report(w, wake)
@@ -468,7 +501,7 @@ pub extern "C" fn doorbell_progress(
 /// TIMEOUT), or PEER_LOST (wake->reason PEER_LOST, wake->task the lost
 /// task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`).
 #[no_mangle]
-pub extern "C" fn doorbell_wait(
+pub unsafe extern "C" fn doorbell_wait(
     ep: *mut doorbell_endpoint,
     window: u32,
     mode: u32,
@@ -478,9 +511,10 @@ pub extern "C" fn doorbell_wait(
     wake: *mut doorbell_wake,
 ) -> c_int {
     guard(|| {
-        let ep = endpoint(ep)?;
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
         cb.ok_or(Error::InvalidArgument)?;
-        let mode = WaitMode::from_code(mode).ok_or(Error::InvalidArgument)?;
+        let mode = wait_mode(mode).ok_or(Error::InvalidArgument)?;
         let timeout = (timeout_us >= 0).then(|| Duration::from_micros(timeout_us as u64));
         let w = ep.wait(window, mode, timeout, &mut call_back(cb, ctx, window))?;
         report(w, wake)
@@ -492,9 +526,10 @@ pub extern "C" fn doorbell_wait(
 /// progress or wait reports DOORBELL_WOKE_NOTIFY.  `task` may be this task.
 /// UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another node.
 #[no_mangle]
-pub extern "C" fn doorbell_local_notify(ep: *mut doorbell_endpoint, task: u32, window: u32) -> c_int {
+pub unsafe extern "C" fn doorbell_local_notify(ep: *mut doorbell_endpoint, task: u32, window: u32) -> c_int {
     guard(|| {
-        endpoint(ep)?.local_notify(task, window)?;
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        unsafe { endpoint(ep) }?.local_notify(task, window)?;
         Ok(DOORBELL_OK)
     })
 }
@@ -502,19 +537,21 @@ pub extern "C" fn doorbell_local_notify(ep: *mut doorbell_endpoint, task: u32, w
 /// Push queued sends until none remain, or TIMED_OUT after `timeout_us`
 /// (< 0: no limit).
 #[no_mangle]
-pub extern "C" fn doorbell_flush(ep: *mut doorbell_endpoint, timeout_us: i64) -> c_int {
+pub unsafe extern "C" fn doorbell_flush(ep: *mut doorbell_endpoint, timeout_us: i64) -> c_int {
     guard(|| {
         let timeout = (timeout_us >= 0).then(|| Duration::from_micros(timeout_us as u64));
-        endpoint(ep)?.flush(timeout)?;
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        unsafe { endpoint(ep) }?.flush(timeout)?;
         Ok(DOORBELL_OK)
     })
 }
 
 /// Copy the endpoint's counters into `*out`.
 #[no_mangle]
-pub extern "C" fn doorbell_counters_get(ep: *const doorbell_endpoint, out: *mut doorbell_counters) -> c_int {
+pub unsafe extern "C" fn doorbell_counters_get(ep: *const doorbell_endpoint, out: *mut doorbell_counters) -> c_int {
     guard(|| {
-        let ep = endpoint(ep)?;
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
         // SAFETY: NULL or a writable doorbell_counters.
         let out = unsafe { out.as_mut() }.ok_or(Error::InvalidArgument)?;
         *out = ep.counters();
@@ -535,13 +572,6 @@ pub extern "C" fn doorbell_error_string(code: c_int) -> *const c_char {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn header_codes_match_the_rust_codes() {
-        assert_eq!(DOORBELL_ERR_INTERNAL, Error::Internal.code());
-        assert_eq!(DOORBELL_ERR_SHM_REFUSED, Error::ShmRefused.code());
-        assert_eq!(DOORBELL_ERR_IN_USE, Error::InUse.code());
-    }
 
     #[test]
     fn error_strings_match_the_rust_messages() {

@@ -11,24 +11,24 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 #[cfg(not(loom))]
-pub mod address;
-pub mod bell;
+mod address;
+mod bell;
 #[cfg(not(loom))]
-pub mod bulk;
+mod bulk;
 #[cfg(not(loom))]
 mod buf_pool;
 #[cfg(not(loom))]
-pub mod config;
+mod config;
 #[cfg(not(loom))]
-pub mod control;
+mod control;
 #[cfg(not(loom))]
-pub mod counters;
+mod counters;
 #[cfg(not(loom))]
-pub mod endpoint;
+mod endpoint;
 #[cfg(not(loom))]
-pub mod error;
+mod error;
 #[cfg(not(loom))]
-pub mod ffi;
+mod ffi;
 #[cfg(not(loom))]
 mod flih;
 #[cfg(not(loom))]
@@ -36,9 +36,9 @@ mod frame;
 #[cfg(not(loom))]
 mod preload;
 #[cfg(not(loom))]
-pub mod ring;
+mod ring;
 #[cfg(not(loom))]
-pub mod shm;
+mod shm;
 #[cfg(not(loom))]
 mod shm_full;
 mod sync;
@@ -50,8 +50,15 @@ mod task_table;
 mod tcp;
 #[cfg(not(loom))]
 mod try_lock;
+// The public Rust API: an endpoint, its configuration, what a wait reports,
+// errors, and the two values it hands out (its address blob, its counters).
+// Everything else is crate-private; the C ABI (`ffi`) is exported by symbol.
+#[cfg(not(loom))]
+pub use address::Address;
 #[cfg(not(loom))]
 pub use config::{Config, WaitMode};
+#[cfg(not(loom))]
+pub use counters::doorbell_counters;
 #[cfg(not(loom))]
 pub use endpoint::{Endpoint, Woke};
 #[cfg(not(loom))]

@@ -461,15 +461,6 @@ impl Producer {
         self.head_cache = head;
         moved
     }
-
-    /// Bytes written and not yet consumed.
-    pub fn unread(&self) -> u64 {
-        self.tail - self.hdr().head.load(Ordering::Acquire)
-    }
-
-    pub fn segment_mut(&mut self) -> &mut Segment {
-        &mut self.seg
-    }
 }
 
 pub struct Consumer {
