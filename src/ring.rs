@@ -859,6 +859,8 @@ mod tests {
         assert!(p.write(1, &Gather::new(&parts), &mut off));
         // SAFETY: test-only: the BulkRef payload sits after the 16-B record.
         let at = unsafe { p.data().add(REC as usize) };
+        // SAFETY: the record just written holds its 16-B BulkRef at `at`,
+        // inside the mapped ring, and nothing writes it while we read.
         let good = BulkRef::from_bytes(unsafe { std::slice::from_raw_parts(at, 16) }).unwrap();
         for bad in [
             BulkRef { slot: 2, ..good },
