@@ -96,6 +96,7 @@ static const char *code_name(int code) {
       "DOORBELL_ERR_INTERNAL",
       "DOORBELL_ERR_SHM_REFUSED",
       "DOORBELL_ERR_IN_USE",
+      "DOORBELL_ERR_FLIH_FAILED",
   };
   if (code > 0) return "positive count";
   if (-code < (int)(sizeof names / sizeof names[0])) return names[-code];

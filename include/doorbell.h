@@ -107,6 +107,15 @@
 #define DOORBELL_ERR_IN_USE -16
 
 /*
+ The endpoint's event thread (the FLIH: TCP wake-ups, lost-peer
+ detection) failed; stderr says why.  Every sleeper is woken with it, and
+ every later doorbell_progress and doorbell_wait returns it: messages
+ might no longer arrive and a lost peer go unreported.  Destroy the
+ endpoint.
+ */
+#define DOORBELL_ERR_FLIH_FAILED -17
+
+/*
  The endpoint's mode (config, or env DOORBELL_WAIT_MODE).
  */
 #define DOORBELL_WAIT_DEFAULT 0
@@ -413,7 +422,8 @@ int doorbell_sendv(struct doorbell_endpoint *ep, uint32_t task, uint32_t window,
  sends.  Returns the number of messages delivered, or PEER_LOST once per
  lost peer (then wake->reason is DOORBELL_WOKE_PEER_LOST and wake->task
  the lost task; `wake` may be NULL).  `cb` must not be NULL
- (INVALID_ARGUMENT): a message is never dropped unseen.
+ (INVALID_ARGUMENT): a message is never dropped unseen.  FLIH_FAILED
+ once the endpoint's event thread failed.
  */
 int doorbell_progress(struct doorbell_endpoint *ep, uint32_t window, doorbell_recv_fn cb, void *ctx, struct doorbell_wake *wake);
 
@@ -423,7 +433,9 @@ int doorbell_progress(struct doorbell_endpoint *ep, uint32_t window, doorbell_re
  deliver.  While it sleeps, freed ring space wakes it to push this task's
  queued sends.  Returns messages delivered (0 with wake->reason NOTIFY or
  TIMEOUT), or PEER_LOST (wake->reason PEER_LOST, wake->task the lost
- task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`).
+ task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`), or
+ FLIH_FAILED (the endpoint's event thread failed: a sleeper is woken with
+ it at once).
  */
 int doorbell_wait(struct doorbell_endpoint *ep, uint32_t window, uint32_t mode, int64_t timeout_us, doorbell_recv_fn cb, void *ctx, struct doorbell_wake *wake);
 

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -789,6 +790,19 @@ void mca_btl_doorbell_core_error(mca_btl_doorbell_module_t *module, int rc, cons
     if (DOORBELL_ERR_PEER_LOST == rc) {
         mca_btl_doorbell_peer_lost(module, wake->task);
         return;
+    }
+    if (DOORBELL_ERR_FLIH_FAILED == rc) {
+        /* The core's event thread died (it said why on stderr): no more
+         * TCP wake-ups or lost-peer reports, and every progress fails from
+         * now on.  The rank would hang; end the job, as after a lost peer. */
+        char msg[256];
+        snprintf(msg, sizeof(msg), "btl doorbell: rank %u: %s", module->my_task,
+                 doorbell_error_string(rc));
+        if (NULL != module->error_cb) {
+            module->error_cb(&module->super, MCA_BTL_ERROR_FLAGS_FATAL, NULL, msg);
+        }
+        opal_output(0, "%s; exiting", msg);
+        exit(1);
     }
     /* Not fatal by contract (INTERNAL: "the endpoint stays usable"); say it
      * a few times, not once per progress call. */

@@ -103,6 +103,12 @@ impl Control {
         self.seg.at(0)
     }
 
+    /// Windows open, clamped to MAX_WINDOWS: the count lives in shared
+    /// memory that any process of this user can write, and indexes arrays.
+    pub fn windows_open(&self) -> u32 {
+        self.header().windows_open.load(Ordering::Acquire).min(MAX_WINDOWS)
+    }
+
     pub fn window(&self, w: u32) -> &WindowSlot {
         assert!(w < MAX_WINDOWS);
         self.seg.at(HEADER_BYTES + w as usize * std::mem::size_of::<WindowSlot>())

@@ -235,6 +235,8 @@ pub(crate) struct Inner {
     parker: SharedFutex,
     /// The "no room for a ring" warning was printed (once per endpoint).
     shm_full_warned: AtomicBool,
+    /// The FLIH thread failed (flih.rs): progress and wait report it.
+    flih_failed: AtomicBool,
 }
 
 pub struct Endpoint {
@@ -313,6 +315,7 @@ impl Endpoint {
             backlog_bytes: AtomicU64::new(0),
             parker: SharedFutex,
             shm_full_warned: AtomicBool::new(false),
+            flih_failed: AtomicBool::new(false),
         });
         let flih_inner = inner.clone();
         let flih = std::thread::Builder::new()
@@ -368,6 +371,7 @@ impl Endpoint {
 
     pub fn progress(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Result<Woke> {
         self.inner.check_window(window)?;
+        self.inner.check_flih()?;
         Ok(self.inner.progress(window, cb).outcome().unwrap_or(Woke::Message(0)))
     }
 
@@ -379,6 +383,7 @@ impl Endpoint {
         cb: &mut dyn FnMut(u32, u8, &[u8]),
     ) -> Result<Woke> {
         self.inner.check_window(window)?;
+        self.inner.check_flih()?;
         self.inner.wait(window, mode.unwrap_or(self.inner.cfg.wait_mode), timeout, cb)
     }
 
@@ -416,7 +421,7 @@ fn bind(ip: std::net::Ipv4Addr, lo: u16, hi: u16) -> Result<TcpListener> {
 
 impl Inner {
     fn check_window(&self, window: u32) -> Result<()> {
-        if window >= self.control.header().windows_open.load(Ordering::Acquire) {
+        if window >= self.control.windows_open() {
             return Err(Error::UnknownWindow);
         }
         Ok(())
@@ -585,7 +590,7 @@ impl Inner {
 
     fn send_local(&self, p: &Peer, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
         let ctl = self.peer_control(p)?;
-        if window >= ctl.header().windows_open.load(Ordering::Acquire) {
+        if window >= ctl.windows_open() {
             return Err(Error::UnknownWindow);
         }
         let g = Gather::new(parts);
@@ -739,7 +744,7 @@ impl Inner {
     /// another thread, or this one further up the stack (a send from a
     /// receive callback), is delivering, and this wait cannot drain it.
     fn inbound_pending(&self) -> bool {
-        let open = self.control.header().windows_open.load(Ordering::Acquire).min(MAX_WINDOWS);
+        let open = self.control.windows_open();
         (0..open).any(|w| {
             let win = &self.windows[w as usize];
             if win.inbox_ready.load(Ordering::Acquire) || self.control.window(w).new_rings.load(Ordering::Relaxed) != 0 {
@@ -821,7 +826,7 @@ impl Inner {
             return Err(Error::InvalidArgument);
         }
         let ctl = self.peer_control(p)?;
-        if window >= ctl.header().windows_open.load(Ordering::Acquire) {
+        if window >= ctl.windows_open() {
             return Err(Error::UnknownWindow);
         }
         self.notify(ctl, window);
@@ -903,12 +908,30 @@ impl Inner {
     /// 10-25% of its latency).  Woken threads consume the set's events, and
     /// the next one to sleep re-arms the FLIH.
     pub(crate) fn wake_sleepers_for_conns(&self) {
-        let open = self.control.header().windows_open.load(Ordering::Acquire).min(MAX_WINDOWS);
+        let open = self.control.windows_open();
         for w in 0..open {
             if self.control.window(w).bell.load(Ordering::Relaxed) & bell::ARMED != 0 {
                 self.wake_own(w);
             }
         }
+    }
+
+    /// The FLIH thread stopped (flih.rs): from now on every progress and
+    /// wait reports it, and every window is woken so no sleeper waits for
+    /// wake-ups that will not come.  The flag is published before the
+    /// rings, as a message is (bell.rs): a sleeper's re-check sees it.
+    pub(crate) fn flih_failed(&self) {
+        self.flih_failed.store(true, Ordering::Release);
+        for w in 0..MAX_WINDOWS {
+            self.wake_own(w);
+        }
+    }
+
+    fn check_flih(&self) -> Result<()> {
+        if self.flih_failed.load(Ordering::Relaxed) {
+            return Err(Error::FlihFailed);
+        }
+        Ok(())
     }
 
     pub(crate) fn new_token(&self) -> u64 {
@@ -990,7 +1013,7 @@ impl Inner {
             return;
         }
         bump(&self.counters.peers_lost);
-        let open = self.control.header().windows_open.load(Ordering::Acquire);
+        let open = self.control.windows_open();
         for w in 0..open {
             let win = &self.windows[w as usize];
             lock(&win.lost).push_back(task);
@@ -1096,6 +1119,7 @@ impl Inner {
             || slot.notified.load(Ordering::Relaxed) != 0
             || w.inbox_ready.load(Ordering::Acquire)
             || w.lost_ready.load(Ordering::Acquire)
+            || self.flih_failed.load(Ordering::Acquire)
         {
             return true;
         }
@@ -1167,6 +1191,7 @@ impl Inner {
                 if expired(now) {
                     return Ok(Woke::Timeout);
                 }
+                self.check_flih()?;
             }
             pass = pass.wrapping_add(1);
             if let Some(o) = self.progress(window, cb).outcome() {
@@ -1255,6 +1280,7 @@ impl Inner {
             if let Some(o) = d.outcome() {
                 return Ok(o);
             }
+            self.check_flih()?;
             if expired(sys::now_ns()) {
                 return Ok(Woke::Timeout);
             }

@@ -22,6 +22,7 @@ pub enum Error {
     Internal,
     ShmRefused,
     InUse,
+    FlihFailed,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -46,6 +47,7 @@ impl Error {
             Error::Internal => ffi::DOORBELL_ERR_INTERNAL,
             Error::ShmRefused => ffi::DOORBELL_ERR_SHM_REFUSED,
             Error::InUse => ffi::DOORBELL_ERR_IN_USE,
+            Error::FlihFailed => ffi::DOORBELL_ERR_FLIH_FAILED,
         }
     }
 
@@ -76,6 +78,9 @@ impl Error {
             Error::InUse => {
                 c"job key and task in use by a live endpoint on this node: pass a job key of your own (the file is named on stderr)"
             }
+            Error::FlihFailed => {
+                c"the endpoint's event thread failed (reason on stderr): TCP wake-ups and lost-peer reports stopped; destroy the endpoint"
+            }
         }
     }
 
@@ -92,7 +97,7 @@ impl Error {
     }
 }
 
-pub const ALL: [Error; 16] = [
+pub const ALL: [Error; 17] = [
     Error::InvalidArgument,
     Error::UnknownWindow,
     Error::UnknownTask,
@@ -109,6 +114,7 @@ pub const ALL: [Error; 16] = [
     Error::Internal,
     Error::ShmRefused,
     Error::InUse,
+    Error::FlihFailed,
 ];
 
 impl fmt::Display for Error {

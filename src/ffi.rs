@@ -55,6 +55,12 @@ pub const DOORBELL_ERR_SHM_REFUSED: c_int = -15;
 /// example two programs with the default job key "doorbell"); stderr names
 /// its control file.  Pass a job key of your own.
 pub const DOORBELL_ERR_IN_USE: c_int = -16;
+/// The endpoint's event thread (the FLIH: TCP wake-ups, lost-peer
+/// detection) failed; stderr says why.  Every sleeper is woken with it, and
+/// every later doorbell_progress and doorbell_wait returns it: messages
+/// might no longer arrive and a lost peer go unreported.  Destroy the
+/// endpoint.
+pub const DOORBELL_ERR_FLIH_FAILED: c_int = -17;
 
 /// The endpoint's mode (config, or env DOORBELL_WAIT_MODE).
 pub const DOORBELL_WAIT_DEFAULT: u32 = 0;
@@ -476,7 +482,8 @@ fn report(w: Woke, wake: *mut doorbell_wake) -> Result<c_int, Error> {
 /// sends.  Returns the number of messages delivered, or PEER_LOST once per
 /// lost peer (then wake->reason is DOORBELL_WOKE_PEER_LOST and wake->task
 /// the lost task; `wake` may be NULL).  `cb` must not be NULL
-/// (INVALID_ARGUMENT): a message is never dropped unseen.
+/// (INVALID_ARGUMENT): a message is never dropped unseen.  FLIH_FAILED
+/// once the endpoint's event thread failed.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_progress(
     ep: *mut doorbell_endpoint,
@@ -499,7 +506,9 @@ pub unsafe extern "C" fn doorbell_progress(
 /// deliver.  While it sleeps, freed ring space wakes it to push this task's
 /// queued sends.  Returns messages delivered (0 with wake->reason NOTIFY or
 /// TIMEOUT), or PEER_LOST (wake->reason PEER_LOST, wake->task the lost
-/// task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`).
+/// task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`), or
+/// FLIH_FAILED (the endpoint's event thread failed: a sleeper is woken with
+/// it at once).
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_wait(
     ep: *mut doorbell_endpoint,
