@@ -1,6 +1,8 @@
 //! Endpoint configuration: validated once, from the C struct or Rust.
 
 use crate::error::{Error, Result};
+use nix::ifaddrs::getifaddrs;
+use nix::net::if_::InterfaceFlags;
 use std::net::Ipv4Addr;
 
 pub const MAX_TASKS: u32 = 16384;
@@ -105,7 +107,7 @@ impl Config {
 
     /// The IPv4 address to listen on and advertise, from if_include/if_exclude.
     pub(crate) fn pick_address(&self) -> Result<Ipv4Addr> {
-        let ifs = crate::sys::ipv4_interfaces().map_err(|_| Error::Network)?;
+        let ifs = ipv4_interfaces().map_err(|_| Error::Network)?;
         let include = parse_selectors(&self.if_include)?;
         let exclude = parse_selectors(&self.if_exclude)?;
         let chosen = if !include.is_empty() {
@@ -118,6 +120,18 @@ impl Config {
         };
         chosen.map(|(_, ip, _)| *ip).ok_or(Error::NoInterface)
     }
+}
+
+/// IPv4 addresses of interfaces that are up: (name, address, is_loopback).
+fn ipv4_interfaces() -> nix::Result<Vec<(String, Ipv4Addr, bool)>> {
+    let up = |f: InterfaceFlags| f.contains(InterfaceFlags::IFF_UP);
+    Ok(getifaddrs()?
+        .filter(|i| up(i.flags))
+        .filter_map(|i| {
+            let ip = i.address?.as_sockaddr_in()?.ip();
+            Some((i.interface_name, ip, i.flags.contains(InterfaceFlags::IFF_LOOPBACK)))
+        })
+        .collect())
 }
 
 pub fn fnv1a(bytes: &[u8]) -> u64 {
@@ -165,6 +179,15 @@ fn parse_selector(s: &str) -> Result<Selector> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interfaces_list_loopback_in_byte_order() {
+        let ifs = ipv4_interfaces().unwrap();
+        let lo = ifs.iter().find(|(_, ip, _)| *ip == Ipv4Addr::LOCALHOST);
+        assert!(matches!(lo, Some((_, _, true))), "127.0.0.1, flagged loopback, in {ifs:?}");
+        let cfg = Config { if_include: "127.0.0.0/8".into(), ..Config::default() };
+        assert_eq!(cfg.pick_address(), Ok(Ipv4Addr::LOCALHOST));
+    }
 
     #[test]
     fn selectors_parse_names_and_cidr() {

@@ -14,9 +14,11 @@ use crate::sys;
 use crate::task_table::TaskTable;
 use crate::try_lock::TryLock;
 use crate::tcp::{Conn, RxEnd, RxEvent, CONN_EVENTS, NO_TASK};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{SocketAddrV4, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -34,7 +36,7 @@ pub(crate) const TOKEN_PID_POLL: u64 = 3;
 pub(crate) const PID_POLL_MS: i32 = 100;
 /// The connection set sits in the FLIH's set one-shot: it wakes the FLIH
 /// once, then only after a sleeper re-arms it (see `arm_flih_for_conns`).
-const CONNS_IN_FLIH: u32 = (libc::EPOLLIN | libc::EPOLLONESHOT) as u32;
+const CONNS_IN_FLIH: EpollFlags = EpollFlags::EPOLLIN.union(EpollFlags::EPOLLONESHOT);
 pub(crate) const PID_BIT: u64 = 1 << 62;
 /// Messages delivered from one ring per progress call, for fairness.
 const RING_BUDGET: usize = 64;
@@ -212,19 +214,20 @@ pub(crate) struct Inner {
     conn_count: AtomicUsize,
     next_token: AtomicU64,
     /// The FLIH's epoll set: shutdown, listener, pidfds, and `conn_epoll`.
-    pub epoll: OwnedFd,
+    pub epoll: Epoll,
     /// Every TCP connection, edge-triggered.  Receivers poll it in their
     /// progress passes; it fires the FLIH only while some thread sleeps (a
     /// spinning rank must not have the FLIH thread woken for every packet:
     /// on 2 cores that doubled TCP latency).
-    pub conn_epoll: OwnedFd,
-    pub shutdown: OwnedFd,
+    /// Shared with each connection, which changes its own interest (tcp.rs).
+    pub conn_epoll: Arc<Epoll>,
+    pub shutdown: EventFd,
     /// Same-host peers whose exit no pidfd announces (pidfd_open failed:
     /// kernel before 5.3, valgrind, no fd left): (task, pid), checked by
     /// the FLIH every PID_POLL_MS; `pid_poll_kick` wakes it to start.
     pid_polls: Mutex<Vec<(u32, u32)>>,
     pub pid_polls_pending: AtomicUsize,
-    pub pid_poll_kick: OwnedFd,
+    pub pid_poll_kick: EventFd,
     pub listener: TcpListener,
     pub counters: Counters,
     /// Messages queued in peers' backlogs (a fast "anything to push?";
@@ -273,18 +276,16 @@ impl Endpoint {
         let port = listener.local_addr().map_err(|_| Error::Network)?.port();
         crate::shm::reap_dead_tasks(&cfg.shm_dir);
         let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task)?;
-        let epoll = sys::epoll_create().map_err(|_| Error::Internal)?;
-        let shutdown = sys::eventfd().map_err(|_| Error::Internal)?;
-        sys::epoll_add(epoll.as_raw_fd(), shutdown.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_SHUTDOWN)
-            .map_err(|_| Error::Internal)?;
-        sys::epoll_add(epoll.as_raw_fd(), listener.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_LISTENER)
-            .map_err(|_| Error::Internal)?;
-        let pid_poll_kick = sys::eventfd().map_err(|_| Error::Internal)?;
-        sys::epoll_add(epoll.as_raw_fd(), pid_poll_kick.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_PID_POLL)
-            .map_err(|_| Error::Internal)?;
-        let conn_epoll = sys::epoll_create().map_err(|_| Error::Internal)?;
-        sys::epoll_add(epoll.as_raw_fd(), conn_epoll.as_raw_fd(), CONNS_IN_FLIH, TOKEN_CONNS)
-            .map_err(|_| Error::Internal)?;
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?;
+        let eventfd = || EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(|_| Error::Internal);
+        let readable = |token| EpollEvent::new(EpollFlags::EPOLLIN, token);
+        let shutdown = eventfd()?;
+        epoll.add(&shutdown, readable(TOKEN_SHUTDOWN)).map_err(|_| Error::Internal)?;
+        epoll.add(&listener, readable(TOKEN_LISTENER)).map_err(|_| Error::Internal)?;
+        let pid_poll_kick = eventfd()?;
+        epoll.add(&pid_poll_kick, readable(TOKEN_PID_POLL)).map_err(|_| Error::Internal)?;
+        let conn_epoll = Arc::new(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?);
+        epoll.add(&conn_epoll.0, EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS)).map_err(|_| Error::Internal)?;
         let me = Address {
             task: cfg.task,
             pid: std::process::id(),
@@ -400,7 +401,7 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         let _ = self.inner.flush(Some(Duration::from_secs(2)));
         self.inner.say_goodbye();
-        sys::eventfd_signal(self.inner.shutdown.as_raw_fd());
+        let _ = self.inner.shutdown.write(1);
         if let Some(h) = self.flih.take() {
             let _ = h.join();
         }
@@ -492,13 +493,13 @@ impl Inner {
             Err(_) => {
                 lock(&self.pid_polls).push((p.task, pid));
                 self.pid_polls_pending.fetch_add(1, Ordering::Release);
-                sys::eventfd_signal(self.pid_poll_kick.as_raw_fd());
+                let _ = self.pid_poll_kick.write(1);
             }
         }
     }
 
     fn watch_pidfd(&self, task: u32, fd: OwnedFd) {
-        let _ = sys::epoll_add(self.epoll.as_raw_fd(), fd.as_raw_fd(), libc::EPOLLIN as u32, PID_BIT | task as u64);
+        let _ = self.epoll.add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, PID_BIT | task as u64));
         if let Ok(p) = self.peer(task) {
             *lock(&p.pidfd) = Some(fd);
         }
@@ -507,7 +508,8 @@ impl Inner {
     /// FLIH: check the peers no pidfd watches.  A pidfd that can now be
     /// had takes over; a process that is gone (or a zombie) has exited.
     pub(crate) fn poll_pids(&self) {
-        sys::eventfd_drain(self.pid_poll_kick.as_raw_fd());
+        // Reset the kick's count (EAGAIN when it is 0 already).
+        let _ = self.pid_poll_kick.read();
         let mut exited = Vec::new();
         lock(&self.pid_polls).retain(|&(task, pid)| {
             if !sys::process_alive(pid) {
@@ -847,7 +849,7 @@ impl Inner {
         use std::io::Write;
         stream.write_all(&frame::hello(self.cfg.task, self.job_hash)).map_err(|_| Error::Network)?;
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(Conn::new(stream, token, p.task, true, self.buf_pool.clone(), self.conn_epoll.as_raw_fd()).map_err(|_| Error::Network)?);
+        let conn = Arc::new(Conn::new(stream, token, p.task, true, self.buf_pool.clone(), self.conn_epoll.clone()).map_err(|_| Error::Network)?);
         self.add_conn(&conn)?;
         *slot = Some(conn.clone());
         Ok(conn)
@@ -857,7 +859,7 @@ impl Inner {
     /// whoever reads empties the socket: to EWOULDBLOCK or a short read).
     pub(crate) fn add_conn(&self, c: &Arc<Conn>) -> Result<()> {
         let mut conns = lock(&self.conns);
-        sys::epoll_add(self.conn_epoll.as_raw_fd(), c.stream.as_raw_fd(), CONN_EVENTS, c.token).map_err(|_| Error::Network)?;
+        self.conn_epoll.add(&c.stream, EpollEvent::new(CONN_EVENTS, c.token)).map_err(|_| Error::Network)?;
         conns.insert(c.token, c.clone());
         self.conn_count.store(conns.len(), Ordering::Relaxed);
         Ok(())
@@ -871,17 +873,17 @@ impl Inner {
         if self.conn_count.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 32];
+        let mut events = [EpollEvent::empty(); 32];
         loop {
-            let n = sys::epoll_wait(self.conn_epoll.as_raw_fd(), &mut events, 0).unwrap_or(0);
+            let n = sys::epoll_wait(&self.conn_epoll, &mut events, 0).unwrap_or(0);
             for ev in &events[..n] {
-                let (token, bits) = (ev.u64, ev.events);
+                let (token, bits) = (ev.data(), ev.events());
                 let Some(conn) = lock(&self.conns).get(&token).cloned() else { continue };
-                let hup = (libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP) as u32;
-                if bits & (hup | libc::EPOLLIN as u32) != 0 {
-                    self.conn_readable(&conn, bits & hup != 0);
+                let hup = EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP;
+                if bits.intersects(hup | EpollFlags::EPOLLIN) {
+                    self.conn_readable(&conn, bits.intersects(hup));
                 }
-                if bits & libc::EPOLLOUT as u32 != 0 {
+                if bits.contains(EpollFlags::EPOLLOUT) {
                     // The socket drained: push what senders queued.
                     let _ = conn.flush();
                 }
@@ -897,7 +899,7 @@ impl Inner {
     /// before (still reported by the set) or after fires the FLIH, which
     /// rings the bell.
     pub(crate) fn arm_flih_for_conns(&self) {
-        let _ = sys::epoll_mod(self.epoll.as_raw_fd(), self.conn_epoll.as_raw_fd(), CONNS_IN_FLIH, TOKEN_CONNS);
+        let _ = self.epoll.modify(&self.conn_epoll.0, &mut EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS));
     }
 
     /// FLIH: a connection is ready while some thread sleeps.  Ring the armed
@@ -988,7 +990,7 @@ impl Inner {
 
     fn drop_conn(&self, conn: &Conn) {
         conn.dead.store(true, Ordering::Release);
-        sys::epoll_del(self.conn_epoll.as_raw_fd(), conn.stream.as_raw_fd());
+        let _ = self.conn_epoll.delete(&conn.stream);
         let mut conns = lock(&self.conns);
         conns.remove(&conn.token);
         self.conn_count.store(conns.len(), Ordering::Relaxed);
@@ -1001,7 +1003,7 @@ impl Inner {
     pub(crate) fn peer_exited(&self, task: u32) {
         let Ok(p) = self.peer(task) else { return };
         if let Some(fd) = lock(&p.pidfd).take() {
-            sys::epoll_del(self.epoll.as_raw_fd(), fd.as_raw_fd());
+            let _ = self.epoll.delete(&fd);
         }
         let orderly = p.gone.load(Ordering::Acquire)
             || p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0);

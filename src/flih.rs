@@ -7,7 +7,7 @@
 use crate::endpoint::{Inner, PID_BIT, PID_POLL_MS, TOKEN_CONNS, TOKEN_LISTENER, TOKEN_PID_POLL, TOKEN_SHUTDOWN};
 use crate::sys;
 use crate::tcp::{Conn, NO_TASK};
-use std::os::fd::AsRawFd;
+use nix::sys::epoll::EpollEvent;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -39,19 +39,19 @@ pub(crate) fn run(inner: &Inner) {
 
 /// Dispatch events until shutdown.
 fn event_loop(inner: &Inner) -> std::io::Result<()> {
-    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
+    let mut events = vec![EpollEvent::empty(); 64];
     let mut pids_checked = 0u64;
     loop {
         // Peers without a pidfd are checked every PID_POLL_MS; otherwise
         // the FLIH sleeps until something happens.
         let polling = inner.pid_polls_pending.load(Ordering::Acquire) > 0;
-        let n = sys::epoll_wait(inner.epoll.as_raw_fd(), &mut events, if polling { PID_POLL_MS } else { -1 })?;
+        let n = sys::epoll_wait(&inner.epoll, &mut events, if polling { PID_POLL_MS } else { -1 })?;
         if polling && sys::now_ns() - pids_checked >= PID_POLL_MS as u64 * 1_000_000 {
             pids_checked = sys::now_ns();
             inner.poll_pids();
         }
         for ev in &events[..n] {
-            let token = ev.u64;
+            let token = ev.data();
             match token {
                 TOKEN_SHUTDOWN => return Ok(()),
                 TOKEN_LISTENER => accept_all(inner),
@@ -71,7 +71,7 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
 fn accept_all(inner: &Inner) {
     while let Ok((stream, _)) = inner.listener.accept() {
         let token = inner.new_token();
-        let set = inner.conn_epoll.as_raw_fd();
+        let set = inner.conn_epoll.clone();
         let Ok(conn) = Conn::new(stream, token, NO_TASK, false, inner.buf_pool.clone(), set) else { continue };
         // On failure the connection is dropped (closed) right here.
         let _ = inner.add_conn(&Arc::new(conn));
@@ -83,6 +83,8 @@ mod tests {
     use super::*;
     use crate::control::Control;
     use crate::{Address, Config, Endpoint, Error, WaitMode, Woke};
+    use nix::sys::epoll::EpollFlags;
+    use nix::sys::eventfd::EventFd;
     use std::net::{Ipv4Addr, SocketAddrV4};
     use std::sync::atomic::Ordering;
     use std::time::{Duration, Instant};
@@ -107,9 +109,9 @@ mod tests {
                 .collect();
             // Both are asleep on their bells by then (Block mode sleeps at once).
             std::thread::sleep(Duration::from_millis(500));
-            let hook = sys::eventfd().unwrap();
-            sys::epoll_add(ep.inner.epoll.as_raw_fd(), hook.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_TEST_PANIC).unwrap();
-            sys::eventfd_signal(hook.as_raw_fd());
+            let hook = EventFd::new().unwrap();
+            ep.inner.epoll.add(&hook, EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_TEST_PANIC)).unwrap();
+            hook.write(1).unwrap();
             sleepers.into_iter().map(|t| t.join().unwrap()).collect()
         });
         let took = start.elapsed();

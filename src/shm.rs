@@ -20,6 +20,7 @@
 use crate::error::{Error, Result};
 #[cfg(not(miri))]
 use memmap2::MmapRaw;
+use nix::fcntl::posix_fallocate;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -177,7 +178,9 @@ impl Segment {
             }
             // From here on every error path unlinks the file.
             let made = (|| {
-                crate::sys::fallocate(file.as_raw_fd(), len as u64).map_err(Error::shm)?;
+                // Reserve the blocks now: a full tmpfs is an error here, not
+                // a SIGBUS on first touch of the mapping.
+                posix_fallocate(&file, 0, len as libc::off_t).map_err(|e| Error::shm(e.into()))?;
                 map(&file)
             })();
             return match made {

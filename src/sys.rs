@@ -1,18 +1,32 @@
-//! The one corner that makes raw syscalls.  Everything returns io::Result
-//! (or nothing, where failure only means "go around the loop again").
+//! The system calls that nix (the project's syscall crate) does not wrap,
+//! or wraps at a cost the message path notices, and the liveness check of
+//! a peer no pidfd watches.  Everything returns
+//! io::Result (or nothing, where failure only means "go around the loop
+//! again").
 //!
-//! The calls on the message path (epoll_wait, recv, sendmsg) go through
-//! syscall(2), not their glibc wrappers: in a process with threads (ours
-//! always has the FLIH) each of those wrappers is a cancellation point and
-//! brackets the syscall with two atomic read-modify-writes of the thread's
-//! cancel state (__pthread_enable/disable_asynccancel), ~35-40 ns a call
-//! here (epoll_wait(0): 172 ns through glibc, 135 ns raw), paid three times
-//! on the receive-to-reply path and on every empty polling pass.  Nothing
-//! here should be a cancellation point anyway: a pthread_cancel acting
-//! inside one would unwind through Rust frames.
+//! nix lacks: futex(2) on a shared word, pidfd_open(2), and a recv into a
+//! buffer's uninitialised spare capacity (recv_append).
+//!
+//! Costs: the calls on the message path (epoll_wait, recv, sendmsg) go
+//! through syscall(2), not the glibc wrappers that nix calls: in a process
+//! with threads (ours always has the FLIH) each of those wrappers is a
+//! cancellation point and brackets the syscall with two atomic
+//! read-modify-writes of the thread's cancel state
+//! (__pthread_enable/disable_asynccancel), ~35-40 ns a call here
+//! (epoll_wait(0): 172 ns through glibc, 135 ns raw), paid three times on
+//! the receive-to-reply path and on every empty polling pass.  Nothing here
+//! should be a cancellation point anyway: a pthread_cancel acting inside one
+//! would unwind through Rust frames.  (Measured against nix's wrappers: see
+//! the figures at `send_nosignal`.)
 
+use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollEvent};
+use nix::sys::signal::kill;
+use nix::sys::time::TimeSpec;
+use nix::time::{clock_gettime, ClockId};
+use nix::unistd::Pid;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
@@ -60,43 +74,17 @@ pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-pub fn epoll_create() -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall.
-    let fd = syscall!(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-    // SAFETY: fresh fd, owned by us alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-pub fn epoll_add(ep: RawFd, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
-    let mut ev = libc::epoll_event { events, u64: token };
-    // SAFETY: `ev` is a valid epoll_event for the duration of the call.
-    syscall!(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
-    Ok(())
-}
-
-pub fn epoll_mod(ep: RawFd, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
-    let mut ev = libc::epoll_event { events, u64: token };
-    // SAFETY: `ev` is a valid epoll_event for the duration of the call.
-    syscall!(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_MOD, fd, &mut ev) })?;
-    Ok(())
-}
-
-pub fn epoll_del(ep: RawFd, fd: RawFd) {
-    let mut ev = libc::epoll_event { events: 0, u64: 0 };
-    // SAFETY: as above; failure (fd already gone) is harmless.
-    unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_DEL, fd, &mut ev) };
-}
-
 /// Wait for events; EINTR counts as "no events".  epoll_pwait with no
 /// signal mask is epoll_wait (and exists on every architecture).
-pub fn epoll_wait(ep: RawFd, out: &mut [libc::epoll_event], timeout_ms: i32) -> io::Result<usize> {
+pub fn epoll_wait(ep: &Epoll, out: &mut [EpollEvent], timeout_ms: i32) -> io::Result<usize> {
     let max = out.len().min(i32::MAX as usize) as libc::c_int;
-    // SAFETY: `out` is a writable buffer of `max` events; a null sigmask
-    // means the mask is left alone (the size argument is then unused).
+    // SAFETY: `out` is a writable buffer of `max` events (EpollEvent is a
+    // transparent epoll_event); a null sigmask means the mask is left alone
+    // (the size argument is then unused).
     let n = unsafe {
         libc::syscall(
             libc::SYS_epoll_pwait,
-            ep as libc::c_long,
+            ep.0.as_raw_fd() as libc::c_long,
             out.as_mut_ptr(),
             max as libc::c_long,
             timeout_ms as libc::c_long,
@@ -111,26 +99,6 @@ pub fn epoll_wait(ep: RawFd, out: &mut [libc::epoll_event], timeout_ms: i32) -> 
     Ok(n as usize)
 }
 
-pub fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall.
-    let fd = syscall!(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
-    // SAFETY: fresh fd, owned by us alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-pub fn eventfd_signal(fd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live u64.
-    unsafe { libc::write(fd, &one as *const u64 as *const libc::c_void, 8) };
-}
-
-/// Reset an eventfd's count (non-blocking: EAGAIN when already 0).
-pub fn eventfd_drain(fd: RawFd) {
-    let mut v: u64 = 0;
-    // SAFETY: reads at most 8 bytes into a live u64.
-    unsafe { libc::read(fd, &mut v as *mut u64 as *mut libc::c_void, 8) };
-}
-
 /// Whether process `pid` still runs: it exists and is not a zombie (a
 /// zombie has exited; its parent just has not reaped it yet).  For peers
 /// no pidfd watches.  Without /proc (or without an fd to read it), a
@@ -143,63 +111,16 @@ pub fn process_alive(pid: u32) -> bool {
             !matches!(state, Some(b'Z') | Some(b'X'))
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-        Err(_) => {
-            // SAFETY: signal 0 only checks that the pid exists; no signal is sent.
-            let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-            rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-        }
+        // Signal 0 only checks that the pid exists; no signal is sent.
+        Err(_) => kill(Pid::from_raw(pid as libc::pid_t), None) != Err(Errno::ESRCH),
     }
-}
-
-/// Reserve the file's blocks now, so a full tmpfs is an error here and not
-/// a SIGBUS on first touch of the mapping.
-pub fn fallocate(fd: RawFd, len: u64) -> io::Result<()> {
-    // SAFETY: plain syscall on an fd we own.
-    let r = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
-    if r != 0 {
-        return Err(io::Error::from_raw_os_error(r));
-    }
-    Ok(())
 }
 
 /// Monotonic clock in nanoseconds.
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: writes into the local timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// IPv4 addresses of interfaces that are up: (name, address, is_loopback).
-pub fn ipv4_interfaces() -> io::Result<Vec<(String, std::net::Ipv4Addr, bool)>> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `head` with a list we free below.
-    syscall!(unsafe { libc::getifaddrs(&mut head) })?;
-    let mut out = Vec::new();
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a node of the list getifaddrs returned, alive until freeifaddrs.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_flags & libc::IFF_UP as u32 == 0 {
-            continue;
-        }
-        // SAFETY: ifa_addr is non-null and points at a sockaddr of its family.
-        let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
-        if fam != libc::AF_INET {
-            continue;
-        }
-        // SAFETY: family is AF_INET, so it is a sockaddr_in; ifa_name is a C string.
-        let (sin, name) = unsafe {
-            (&*(ifa.ifa_addr as *const libc::sockaddr_in), std::ffi::CStr::from_ptr(ifa.ifa_name))
-        };
-        let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-        let lo = ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0;
-        out.push((name.to_string_lossy().into_owned(), ip, lo));
-    }
-    // SAFETY: `head` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    Ok(out)
+    // CLOCK_MONOTONIC always exists on Linux.
+    let t = clock_gettime(ClockId::CLOCK_MONOTONIC).unwrap_or(TimeSpec::new(0, 0));
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
 /// sendmsg with MSG_NOSIGNAL: a hung-up peer is an EPIPE error, never a SIGPIPE

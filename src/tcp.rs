@@ -8,17 +8,19 @@
 use crate::buf_pool::BufPool;
 use crate::error::{Error, Result};
 use crate::frame::{self, FrameHeader, FRAME_HEADER, HELLO_BYTES};
+use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::TcpStream;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub const NO_TASK: u32 = u32::MAX;
 /// What a connection's set watches for it; EPOLLOUT is added while it has a queue.
-pub(crate) const CONN_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
-const CONN_EVENTS_OUT: u32 = CONN_EVENTS | libc::EPOLLOUT as u32;
+pub(crate) const CONN_EVENTS: EpollFlags =
+    EpollFlags::EPOLLIN.union(EpollFlags::EPOLLRDHUP).union(EpollFlags::EPOLLET);
+const CONN_EVENTS_OUT: EpollFlags = CONN_EVENTS.union(EpollFlags::EPOLLOUT);
 const STAGE: usize = 64 * 1024;
 /// Iovecs of a send kept on the stack (header + parts); more use the heap.
 const INLINE_PARTS: usize = 8;
@@ -27,7 +29,7 @@ pub struct Conn {
     pub stream: TcpStream,
     pub token: u64,
     /// The epoll set (the endpoint's connection set) that holds this socket.
-    set: RawFd,
+    set: Arc<Epoll>,
     /// The peer's task once its hello arrived (or at once for our own connects).
     pub task: AtomicU32,
     pub dead: AtomicBool,
@@ -78,7 +80,7 @@ pub enum RxEnd {
 impl Conn {
     /// `greeted`: true for connections we opened (we sent the hello).
     /// `set`: the epoll set the caller adds the socket to, with CONN_EVENTS.
-    pub fn new(stream: TcpStream, token: u64, task: u32, greeted: bool, pool: Arc<BufPool>, set: RawFd) -> io::Result<Conn> {
+    pub fn new(stream: TcpStream, token: u64, task: u32, greeted: bool, pool: Arc<BufPool>, set: Arc<Epoll>) -> io::Result<Conn> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
         Ok(Conn {
@@ -200,7 +202,7 @@ impl Conn {
         if tx.out_watched != on {
             let events = if on { CONN_EVENTS_OUT } else { CONN_EVENTS };
             // Fails only for a socket already dropped from the set (dead).
-            let _ = crate::sys::epoll_mod(self.set, self.stream.as_raw_fd(), events, self.token);
+            let _ = self.set.modify(&self.stream, &mut EpollEvent::new(events, self.token));
             tx.out_watched = on;
         }
     }
