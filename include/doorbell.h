@@ -251,7 +251,9 @@ typedef struct doorbell_config {
    */
   uint64_t max_message;
   /*
-   Queued unsent bytes per peer before WOULD_BLOCK; 0: 256 MiB.
+   Queued unsent bytes per peer before WOULD_BLOCK; 0: 256 MiB.  Also
+   what TCP messages over 1 MiB being received may hold together (one
+   is always let in when none is in progress).
    */
   uint64_t max_backlog;
 } doorbell_config;
@@ -334,7 +336,8 @@ typedef struct doorbell_counters {
    */
   uint64_t peers_lost;
   /*
-   TCP connections that failed the handshake.
+   TCP connections that failed the handshake (a wrong hello, none
+   within 3 s, or pushed out by newer ones beyond 64 waiting).
    */
   uint64_t strangers_rejected;
 } doorbell_counters;
@@ -370,7 +373,10 @@ int doorbell_endpoint_destroy(struct doorbell_endpoint *ep);
 
 /*
  Write the address blob into `buf`; `*len` is its capacity in, the blob's
- length out.  BUFFER_TOO_SMALL if the capacity is short.
+ length out.  BUFFER_TOO_SMALL if the capacity is short.  The blob holds
+ this endpoint's random 128-bit TCP secret: a task may connect over TCP
+ only by proving it knows it (a challenge and a keyed hash; the secret
+ never crosses the network).  Hand the blob only to the job's tasks.
  */
 int doorbell_address(const struct doorbell_endpoint *ep, uint8_t *buf, size_t *len);
 

@@ -692,7 +692,13 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
         return NULL;
     }
 
-    /* the modex carries this rank's pid and probe word before the address */
+    /* The modex carries this rank's pid and probe word before the address.
+     * The address holds this rank's random 128-bit TCP secret: a peer may
+     * connect only by answering a challenge with a keyed hash of it (the
+     * core's handshake.rs), so the modex, which reaches only this job's
+     * ranks, is what lets a process in.  Each rank has its own secret: every
+     * rank gets every address, so this proves what one secret per job would,
+     * with nothing for the ranks to agree on. */
     uint8_t modex[sizeof(mca_btl_doorbell_modex_head_t) + sizeof(blob)];
     mca_btl_doorbell_modex_head_t head = {
         .pid = (uint64_t) getpid(),

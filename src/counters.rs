@@ -50,7 +50,8 @@ pub struct doorbell_counters {
     pub tcp_wakeups: u64,
     /// Peers that exited or were killed without closing.
     pub peers_lost: u64,
-    /// TCP connections that failed the handshake.
+    /// TCP connections that failed the handshake (a wrong hello, none
+    /// within 3 s, or pushed out by newer ones beyond 64 waiting).
     pub strangers_rejected: u64,
 }
 

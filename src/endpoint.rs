@@ -4,7 +4,7 @@
 use crate::address::Address;
 use crate::bell::{self, Rang, SharedFutex};
 use crate::buf_pool::BufPool;
-use crate::config::{Config, WaitMode, MAX_TASKS, MAX_WINDOWS};
+use crate::config::{Config, WaitMode, MAX_WINDOWS};
 use crate::control::Control;
 use crate::counters::{bump, Counters, GuardedCount};
 use crate::error::{Error, Result};
@@ -13,10 +13,11 @@ use crate::ring::{Consumer, Gather, Producer};
 use crate::sys;
 use crate::task_table::TaskTable;
 use crate::try_lock::TryLock;
-use crate::tcp::{Conn, RxEnd, RxEvent, CONN_EVENTS, NO_TASK};
+use crate::tcp::{Conn, RxBudget, RxEnd, RxEvent, CONN_EVENTS};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::io;
 use std::net::{SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -35,7 +36,8 @@ pub(crate) const TOKEN_PID_POLL: u64 = 3;
 /// How often the FLIH checks the peers it could not watch with a pidfd.
 pub(crate) const PID_POLL_MS: i32 = 100;
 /// The connection set sits in the FLIH's set one-shot: it wakes the FLIH
-/// once, then only after a sleeper re-arms it (see `arm_flih_for_conns`).
+/// once, then only after a sleeper or a new connection re-arms it (see
+/// `arm_flih_for_conns`).
 const CONNS_IN_FLIH: EpollFlags = EpollFlags::EPOLLIN.union(EpollFlags::EPOLLONESHOT);
 pub(crate) const PID_BIT: u64 = 1 << 62;
 /// Messages delivered from one ring per progress call, for fairness.
@@ -210,6 +212,10 @@ pub(crate) struct Inner {
     pub conns: Mutex<HashMap<u64, Arc<Conn>>>,
     /// TCP frame bodies and send queues (buf_pool.rs).
     pub buf_pool: Arc<BufPool>,
+    /// What large TCP bodies being received may claim together (tcp.rs).
+    rx_budget: RxBudget,
+    /// Connections that stopped reading for want of budget.
+    throttled: Mutex<Vec<Arc<Conn>>>,
     /// conns.len(), readable without the lock.
     conn_count: AtomicUsize,
     next_token: AtomicU64,
@@ -292,7 +298,9 @@ impl Endpoint {
             node_id: cfg.node_id,
             job_hash: cfg.job_hash(),
             tcp: SocketAddrV4::new(ip, port),
+            secret: crate::handshake::random().map_err(|_| Error::Internal)?,
         };
+        let rx_budget = RxBudget::new(cfg.max_backlog);
         let inner = Arc::new(Inner {
             job_hash: cfg.job_hash(),
             cfg,
@@ -302,6 +310,8 @@ impl Endpoint {
             peers: TaskTable::default(),
             conns: Mutex::new(HashMap::new()),
             buf_pool: Arc::new(BufPool::default()),
+            rx_budget,
+            throttled: Mutex::new(Vec::new()),
             conn_count: AtomicUsize::new(0),
             next_token: AtomicU64::new(3),
             epoll,
@@ -844,25 +854,67 @@ impl Inner {
             return Err(Error::PeerLost);
         }
         let addr = *p.addr.get().ok_or(Error::UnknownTask)?;
-        let mut stream =
-            TcpStream::connect_timeout(&addr.tcp.into(), Duration::from_secs(5)).map_err(|_| Error::Network)?;
-        use std::io::Write;
-        stream.write_all(&frame::hello(self.cfg.task, self.job_hash)).map_err(|_| Error::Network)?;
+        let stream = self.greet(&addr)?;
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(Conn::new(stream, token, p.task, true, self.buf_pool.clone(), self.conn_epoll.clone()).map_err(|_| Error::Network)?);
+        let conn = Arc::new(Conn::new(stream, token, p.task, self.buf_pool.clone(), self.conn_epoll.clone()).map_err(|_| Error::Network)?);
         self.add_conn(&conn)?;
         *slot = Some(conn.clone());
         Ok(conn)
     }
 
+    /// Connect to `addr` and pass the handshake as its owner expects
+    /// (handshake.rs).  A listener flooded with strangers may close our
+    /// connection before its hello is read (pending.rs): try again then,
+    /// but not after a timeout (the listener is stopped or gone) or a
+    /// wrong answer.
+    fn greet(&self, addr: &Address) -> Result<TcpStream> {
+        const ATTEMPTS: usize = 3;
+        for _ in 0..ATTEMPTS {
+            let mut stream =
+                TcpStream::connect_timeout(&addr.tcp.into(), Duration::from_secs(5)).map_err(|_| Error::Network)?;
+            match crate::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret) {
+                Ok(()) => return Ok(stream),
+                Err(e) if matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset) => continue,
+                Err(_) => return Err(Error::Network),
+            }
+        }
+        Err(Error::Network)
+    }
+
     /// Track a connection and put it in the connection set (edge-triggered:
     /// whoever reads empties the socket: to EWOULDBLOCK or a short read).
+    ///
+    /// Then re-arm the FLIH's one-shot watch of the set: a thread that went
+    /// to sleep while there was no connection left it unarmed, and this
+    /// connection's first frame must still wake it.
     pub(crate) fn add_conn(&self, c: &Arc<Conn>) -> Result<()> {
         let mut conns = lock(&self.conns);
         self.conn_epoll.add(&c.stream, EpollEvent::new(CONN_EVENTS, c.token)).map_err(|_| Error::Network)?;
         conns.insert(c.token, c.clone());
         self.conn_count.store(conns.len(), Ordering::Relaxed);
+        drop(conns);
+        self.arm_flih_for_conns();
         Ok(())
+    }
+
+    /// FLIH: a connection passed the handshake as `conn.task()`.  It is the
+    /// task's send connection too unless we opened one to it first, or are
+    /// opening one now: a thread in `tcp_conn` holds the slot while it
+    /// waits for the peer's epoll thread, and ours must not wait for it.
+    pub(crate) fn accept_conn(&self, conn: Arc<Conn>) {
+        let p = self.peer_or_insert(conn.task(), false, None);
+        let slot = match p.conn.try_lock() {
+            Ok(slot) => Some(slot),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if let Some(mut slot) = slot {
+            if slot.is_none() {
+                *slot = Some(conn.clone());
+            }
+        }
+        // On failure the connection is dropped (closed) right here.
+        let _ = self.add_conn(&conn);
     }
 
     /// Handle what the connection set reports now, without blocking:
@@ -945,15 +997,8 @@ impl Inner {
     pub(crate) fn conn_readable(&self, conn: &Arc<Conn>, hup: bool) {
         let mut touched = [false; MAX_WINDOWS as usize];
         let mut goodbye = false;
-        let end = conn.read_ready(hup, self.job_hash, MAX_TASKS, self.cfg.max_message, &mut |ev| match ev {
-            RxEvent::Hello(task) => {
-                conn.task.store(task, Ordering::Release);
-                let p = self.peer_or_insert(task, false, None);
-                let mut slot = lock(&p.conn);
-                if slot.is_none() {
-                    *slot = Some(conn.clone());
-                }
-            }
+        let mut released = false;
+        let end = conn.read_ready(hup, self.cfg.max_message, &self.rx_budget, &mut |ev| match ev {
             RxEvent::Frame { window, tag, data } => {
                 let w = &self.windows[window as usize];
                 lock(&w.inbox).push_back(Inbound { src: conn.task(), tag, data });
@@ -961,6 +1006,7 @@ impl Inner {
                 touched[window as usize] = true;
             }
             RxEvent::Goodbye => goodbye = true,
+            RxEvent::Released => released = true,
         });
         let task = conn.task();
         if goodbye {
@@ -975,15 +1021,25 @@ impl Inner {
         }
         match end {
             RxEnd::Drained => {}
-            RxEnd::Stranger => {
-                bump(&self.counters.strangers_rejected);
-                self.drop_conn(conn);
-            }
+            RxEnd::Throttled => lock(&self.throttled).push(conn.clone()),
             RxEnd::Closed | RxEnd::Garbage => {
                 self.drop_conn(conn);
-                if task != NO_TASK {
-                    self.peer_exited(task);
-                }
+                self.peer_exited(task);
+                released = true;
+            }
+        }
+        if released {
+            self.resume_throttled();
+        }
+    }
+
+    /// Budget was freed: let the connections that waited for it read on.
+    /// Read to EOF: a hang-up that came while one waited has no edge left.
+    fn resume_throttled(&self) {
+        let waiting = std::mem::take(&mut *lock(&self.throttled));
+        for c in waiting {
+            if !c.dead.load(Ordering::Acquire) {
+                self.conn_readable(&c, true);
             }
         }
     }

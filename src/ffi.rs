@@ -141,7 +141,9 @@ pub struct doorbell_config {
     pub bulk_max_bytes: u32,
     /// Largest message; 0: 1 GiB; at most 4 GiB - 1.
     pub max_message: u64,
-    /// Queued unsent bytes per peer before WOULD_BLOCK; 0: 256 MiB.
+    /// Queued unsent bytes per peer before WOULD_BLOCK; 0: 256 MiB.  Also
+    /// what TCP messages over 1 MiB being received may hold together (one
+    /// is always let in when none is in progress).
     pub max_backlog: u64,
 }
 
@@ -303,7 +305,10 @@ pub unsafe extern "C" fn doorbell_endpoint_destroy(ep: *mut doorbell_endpoint) -
 }
 
 /// Write the address blob into `buf`; `*len` is its capacity in, the blob's
-/// length out.  BUFFER_TOO_SMALL if the capacity is short.
+/// length out.  BUFFER_TOO_SMALL if the capacity is short.  The blob holds
+/// this endpoint's random 128-bit TCP secret: a task may connect over TCP
+/// only by proving it knows it (a challenge and a keyed hash; the secret
+/// never crosses the network).  Hand the blob only to the job's tasks.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_address(ep: *const doorbell_endpoint, buf: *mut u8, len: *mut usize) -> c_int {
     guard(|| {

@@ -1,16 +1,27 @@
 //! The FLIH: one epoll thread per process.  It watches the listener, the
-//! pidfds of same-host peers and, while some thread sleeps, the set of TCP
+//! connections still in their handshake (pending.rs), the pidfds of
+//! same-host peers and, while some thread sleeps, the set of TCP
 //! connections, and turns readiness into window wake-ups (the SLIH,
 //! `Inner::wake_own`): the woken thread reads the socket itself.  It never
 //! runs user callbacks.
 
+use crate::config::MAX_TASKS;
+use crate::counters::bump;
 use crate::endpoint::{Inner, PID_BIT, PID_POLL_MS, TOKEN_CONNS, TOKEN_LISTENER, TOKEN_PID_POLL, TOKEN_SHUTDOWN};
+use crate::handshake;
+use crate::pending::{self, Listener, Pending, PendingSet, Step, PENDING_BIT};
 use crate::sys;
-use crate::tcp::{Conn, NO_TASK};
-use nix::sys::epoll::EpollEvent;
+use crate::tcp::Conn;
+use nix::sys::epoll::{EpollEvent, EpollFlags};
+use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+/// After accept fails for want of descriptors or memory, the listener is
+/// left out of the set this long: its backlog stays readable, and watching
+/// it would spin the FLIH.  Pending connections time out meanwhile.
+const ACCEPT_PAUSE_NS: u64 = 100_000_000;
 
 /// Tests put an fd under this token to make the FLIH panic.
 #[cfg(test)]
@@ -40,12 +51,21 @@ pub(crate) fn run(inner: &Inner) {
 /// Dispatch events until shutdown.
 fn event_loop(inner: &Inner) -> std::io::Result<()> {
     let mut events = vec![EpollEvent::empty(); 64];
+    let mut pending = PendingSet::default();
+    let mut paused_until: Option<u64> = None;
     let mut pids_checked = 0u64;
     loop {
-        // Peers without a pidfd are checked every PID_POLL_MS; otherwise
-        // the FLIH sleeps until something happens.
+        // Peers without a pidfd are checked every PID_POLL_MS; handshakes
+        // have deadlines; a paused listener resumes.  Otherwise the FLIH
+        // sleeps until something happens.
         let polling = inner.pid_polls_pending.load(Ordering::Acquire) > 0;
-        let n = sys::epoll_wait(&inner.epoll, &mut events, if polling { PID_POLL_MS } else { -1 })?;
+        let pid_poll_at = polling.then(|| pids_checked + PID_POLL_MS as u64 * 1_000_000);
+        let wake_at = [pending.next_deadline(), paused_until, pid_poll_at].into_iter().flatten().min();
+        let timeout = wake_at.map_or(-1, |t| {
+            let ns = t.saturating_sub(sys::now_ns());
+            ns.div_ceil(1_000_000).min(i32::MAX as u64) as i32
+        });
+        let n = sys::epoll_wait(&inner.epoll, &mut events, timeout)?;
         if polling && sys::now_ns() - pids_checked >= PID_POLL_MS as u64 * 1_000_000 {
             pids_checked = sys::now_ns();
             inner.poll_pids();
@@ -54,28 +74,89 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
             let token = ev.data();
             match token {
                 TOKEN_SHUTDOWN => return Ok(()),
-                TOKEN_LISTENER => accept_all(inner),
+                TOKEN_LISTENER => {
+                    if accept_all(inner, &mut pending).is_err() {
+                        let _ = inner.epoll.modify(&inner.listener, &mut EpollEvent::new(EpollFlags::empty(), TOKEN_LISTENER));
+                        paused_until = Some(sys::now_ns() + ACCEPT_PAUSE_NS);
+                    }
+                }
                 TOKEN_CONNS => inner.wake_sleepers_for_conns(),
                 TOKEN_PID_POLL => inner.poll_pids(),
                 #[cfg(test)]
                 TOKEN_TEST_PANIC => panic!("test hook"),
                 t if t & PID_BIT != 0 => inner.peer_exited((t & !PID_BIT) as u32),
+                t if t & PENDING_BIT != 0 => handshake_step(inner, &mut pending, t),
                 _ => {}
             }
+        }
+        let now = sys::now_ns();
+        for p in pending.expired(now) {
+            reject(inner, p);
+        }
+        if paused_until.is_some_and(|t| now >= t) {
+            paused_until = None;
+            // Level-triggered: a backlog that waited is reported at once.
+            let _ = inner.epoll.modify(&inner.listener, &mut EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_LISTENER));
         }
     }
 }
 
-/// Accept every pending connection.  It stays anonymous until its hello
-/// arrives; a stranger's garbage is dropped by `conn_readable`.
-fn accept_all(inner: &Inner) {
-    while let Ok((stream, _)) = inner.listener.accept() {
-        let token = inner.new_token();
-        let set = inner.conn_epoll.clone();
-        let Ok(conn) = Conn::new(stream, token, NO_TASK, false, inner.buf_pool.clone(), set) else { continue };
-        // On failure the connection is dropped (closed) right here.
-        let _ = inner.add_conn(&Arc::new(conn));
+/// Accept every waiting connection and send each its challenge.  Err when
+/// accept ran out of descriptors or memory (the caller pauses the listener).
+fn accept_all(inner: &Inner, pending: &mut PendingSet) -> Result<(), ()> {
+    loop {
+        let stream = match inner.listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) => {
+                return Err(())
+            }
+            // ECONNABORTED, EINTR, a network error for that one connection.
+            Err(_) => continue,
+        };
+        if pending.len() >= pending::CAP {
+            if let Some(old) = pending.pop_oldest() {
+                reject(inner, old);
+            }
+        }
+        let Ok(nonce) = handshake::random::<{ handshake::NONCE_BYTES }>() else { continue };
+        let challenge = handshake::challenge(inner.cfg.task, &nonce);
+        // A fresh socket's send buffer takes 32 bytes whole.
+        let sent = stream.set_nonblocking(true).and_then(|_| (&stream).write(&challenge));
+        if sent.ok() != Some(challenge.len()) {
+            continue;
+        }
+        let token = inner.new_token() | PENDING_BIT;
+        let events = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
+        if inner.epoll.add(&stream, EpollEvent::new(events, token)).is_ok() {
+            pending.insert(token, stream, nonce, sys::now_ns());
+        }
     }
+}
+
+fn handshake_step(inner: &Inner, pending: &mut PendingSet, token: u64) {
+    let me = Listener { secret: &inner.me.secret, job_hash: inner.job_hash, task: inner.cfg.task, max_tasks: MAX_TASKS };
+    match pending.readable(token, &me) {
+        Step::More => {}
+        Step::Stranger(p) => reject(inner, p),
+        Step::Greeted(p, t) => {
+            let _ = inner.epoll.delete(&p.stream);
+            let ack = t.ack(&inner.me.secret);
+            // Nothing was sent since the challenge: the ack fits whole.
+            if (&p.stream).write(&ack).ok() != Some(ack.len()) {
+                return;
+            }
+            let set = inner.conn_epoll.clone();
+            let Ok(conn) = Conn::new(p.stream, inner.new_token(), t.connector, inner.buf_pool.clone(), set) else { return };
+            inner.accept_conn(Arc::new(conn));
+        }
+    }
+}
+
+/// Close a connection that did not complete the handshake.
+fn reject(inner: &Inner, p: Pending) {
+    let _ = inner.epoll.delete(&p.stream);
+    bump(&inner.counters.strangers_rejected);
 }
 
 #[cfg(test)]

@@ -34,6 +34,10 @@ mod flih;
 #[cfg(not(loom))]
 mod frame;
 #[cfg(not(loom))]
+mod handshake;
+#[cfg(not(loom))]
+mod pending;
+#[cfg(not(loom))]
 mod preload;
 #[cfg(not(loom))]
 mod ring;

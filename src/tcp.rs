@@ -1,5 +1,12 @@
-//! One TCP connection: its receive parser (hello, then frames) and its send
-//! queue.  A progressing thread reads; any thread may send; EPOLLOUT drains.
+//! One TCP connection, after its handshake (handshake.rs): its frame
+//! parser and its send queue.  A progressing thread reads; any thread may
+//! send; EPOLLOUT drains.
+//!
+//! A frame body is allocated as its bytes arrive, not when its header
+//! claims a length: up to BODY_AHEAD at once, then doubling with what came.
+//! Bodies above BODY_AHEAD also need room in the endpoint's RxBudget;
+//! a connection whose next body does not fit stops reading (the sender
+//! sees TCP backpressure) until another large body completes.
 //!
 //! The connection asks its set for EPOLLOUT only while bytes are queued.
 //! Watched always, an ACK that frees send space can be an edge that, with a
@@ -7,21 +14,23 @@
 
 use crate::buf_pool::BufPool;
 use crate::error::{Error, Result};
-use crate::frame::{self, FrameHeader, FRAME_HEADER, HELLO_BYTES};
+use crate::frame::{self, FrameHeader, FRAME_HEADER};
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub const NO_TASK: u32 = u32::MAX;
 /// What a connection's set watches for it; EPOLLOUT is added while it has a queue.
 pub(crate) const CONN_EVENTS: EpollFlags =
     EpollFlags::EPOLLIN.union(EpollFlags::EPOLLRDHUP).union(EpollFlags::EPOLLET);
 const CONN_EVENTS_OUT: EpollFlags = CONN_EVENTS.union(EpollFlags::EPOLLOUT);
 const STAGE: usize = 64 * 1024;
+/// A body up to this size is allocated whole at its header (the hot path:
+/// Open MPI's fragments are 128 KiB); a larger one grows as bytes arrive.
+const BODY_AHEAD: usize = 1 << 20;
 /// Iovecs of a send kept on the stack (header + parts); more use the heap.
 const INLINE_PARTS: usize = 8;
 
@@ -30,7 +39,7 @@ pub struct Conn {
     pub token: u64,
     /// The epoll set (the endpoint's connection set) that holds this socket.
     set: Arc<Epoll>,
-    /// The peer's task once its hello arrived (or at once for our own connects).
+    /// The peer's task, proven by the handshake.
     pub task: AtomicU32,
     pub dead: AtomicBool,
     rx: Mutex<Rx>,
@@ -40,11 +49,49 @@ pub struct Conn {
 }
 
 struct Rx {
-    greeted: bool,
     stage: Vec<u8>,
     start: usize,
     end: usize,
     body: Option<(FrameHeader, Vec<u8>)>,
+    /// Bytes the current body holds of the budget (0 for a small body).
+    admitted: u64,
+    /// A large frame's header waiting for room in the budget.
+    held: Option<FrameHeader>,
+}
+
+/// The bytes that large frame bodies (over BODY_AHEAD) being received on
+/// all of an endpoint's connections may claim together.  One body is
+/// always admitted when none is in progress, so any frame up to
+/// max_message gets through.
+pub struct RxBudget {
+    limit: u64,
+    admitted: AtomicU64,
+}
+
+impl RxBudget {
+    pub fn new(limit: u64) -> RxBudget {
+        RxBudget { limit, admitted: AtomicU64::new(0) }
+    }
+
+    fn admit(&self, len: u64) -> bool {
+        self.admitted
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used == 0 || used.saturating_add(len) <= self.limit).then(|| used + len)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, len: u64) {
+        if len > 0 {
+            self.admitted.fetch_sub(len, Ordering::AcqRel);
+        }
+    }
+
+    /// Bytes admitted now.
+    #[cfg(test)]
+    fn admitted(&self) -> u64 {
+        self.admitted.load(Ordering::Acquire)
+    }
 }
 
 #[derive(Default)]
@@ -59,7 +106,8 @@ struct Tx {
 
 /// What the parser found.
 pub enum RxEvent {
-    Hello(u32),
+    /// A large body completed: budget was freed (throttled connections may go on).
+    Released,
     Frame { window: u32, tag: u8, data: Vec<u8> },
     Goodbye,
 }
@@ -71,16 +119,17 @@ pub enum RxEnd {
     Drained,
     /// EOF or a socket error.
     Closed,
-    /// The first bytes were not a valid hello for our job.
-    Stranger,
     /// A frame header we could not have sent.
     Garbage,
+    /// A large frame waits for room in the budget: read again once some
+    /// other body completes (the socket's bytes stay where they are).
+    Throttled,
 }
 
 impl Conn {
-    /// `greeted`: true for connections we opened (we sent the hello).
+    /// A connection whose handshake proved it belongs to `task`.
     /// `set`: the epoll set the caller adds the socket to, with CONN_EVENTS.
-    pub fn new(stream: TcpStream, token: u64, task: u32, greeted: bool, pool: Arc<BufPool>, set: Arc<Epoll>) -> io::Result<Conn> {
+    pub fn new(stream: TcpStream, token: u64, task: u32, pool: Arc<BufPool>, set: Arc<Epoll>) -> io::Result<Conn> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
         Ok(Conn {
@@ -89,7 +138,7 @@ impl Conn {
             set,
             task: AtomicU32::new(task),
             dead: AtomicBool::new(false),
-            rx: Mutex::new(Rx { greeted, stage: vec![0; STAGE], start: 0, end: 0, body: None }),
+            rx: Mutex::new(Rx { stage: vec![0; STAGE], start: 0, end: 0, body: None, admitted: 0, held: None }),
             tx: Mutex::new(Tx::default()),
             pool,
         })
@@ -109,7 +158,7 @@ impl Conn {
     /// there instead of paying one more recv for EAGAIN on every wake-up.
     /// With `to_eof` (the event said the peer hung up) it reads on until
     /// EOF or EAGAIN: the hang-up's edge is spent, and none follows it.
-    pub fn read_ready(&self, to_eof: bool, job_hash: u64, max_tasks: u32, max_message: u64, on: &mut dyn FnMut(RxEvent)) -> RxEnd {
+    pub fn read_ready(&self, to_eof: bool, max_message: u64, budget: &RxBudget, on: &mut dyn FnMut(RxEvent)) -> RxEnd {
         let mut rx = match self.rx.try_lock() {
             Ok(rx) => rx,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
@@ -117,20 +166,32 @@ impl Conn {
         };
         let mut emptied = false;
         loop {
-            if let Some(end) = rx.parse(job_hash, max_tasks, max_message, &self.pool, on) {
+            if let Some(end) = rx.parse(max_message, budget, &self.pool, on) {
+                if end == RxEnd::Garbage {
+                    rx.give_back(budget);
+                }
                 return end;
             }
             if emptied {
                 return RxEnd::Drained;
             }
             match rx.fill(&self.stream) {
-                Ok((0, _)) => return RxEnd::Closed,
+                Ok((0, _)) => break,
                 Ok((n, asked)) => emptied = !to_eof && n < asked,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return RxEnd::Drained,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return RxEnd::Closed,
+                Err(_) => break,
             }
         }
+        rx.give_back(budget);
+        RxEnd::Closed
+    }
+
+    /// Bytes of memory the receive side holds now (stage and body).
+    #[cfg(test)]
+    fn rx_capacity(&self) -> usize {
+        let rx = self.rx.lock().unwrap();
+        rx.stage.capacity() + rx.body.as_ref().map_or(0, |(_, b)| b.capacity())
     }
 
     /// Send one frame.  Writes what the socket takes now; the rest is copied
@@ -241,32 +302,17 @@ impl Conn {
 }
 
 impl Rx {
-    /// Parse staged bytes; Some(end) on a fatal input, None when more bytes are needed.
+    /// Parse staged bytes; Some(end) on a fatal input or a throttle, None
+    /// when more bytes are needed.
     fn parse(
         &mut self,
-        job_hash: u64,
-        max_tasks: u32,
         max_message: u64,
+        budget: &RxBudget,
         pool: &BufPool,
         on: &mut dyn FnMut(RxEvent),
     ) -> Option<RxEnd> {
         loop {
             let staged = self.end - self.start;
-            if !self.greeted {
-                if staged < HELLO_BYTES {
-                    return None;
-                }
-                let h: [u8; HELLO_BYTES] = self.stage[self.start..self.start + HELLO_BYTES].try_into().unwrap();
-                self.start += HELLO_BYTES;
-                match frame::parse_hello(&h, job_hash, max_tasks) {
-                    Some(task) => {
-                        self.greeted = true;
-                        on(RxEvent::Hello(task));
-                    }
-                    None => return Some(RxEnd::Stranger),
-                }
-                continue;
-            }
             if let Some((hdr, mut body)) = self.body.take() {
                 let need = hdr.len as usize - body.len();
                 let n = need.min(staged);
@@ -274,25 +320,48 @@ impl Rx {
                 self.start += n;
                 if body.len() == hdr.len as usize {
                     on(RxEvent::Frame { window: hdr.window, tag: hdr.tag, data: body });
+                    if self.admitted > 0 {
+                        budget.release(std::mem::take(&mut self.admitted));
+                        on(RxEvent::Released);
+                    }
                     continue;
                 }
                 self.body = Some((hdr, body));
                 return None;
             }
-            if staged < FRAME_HEADER {
-                return None;
-            }
-            let h: [u8; FRAME_HEADER] = self.stage[self.start..self.start + FRAME_HEADER].try_into().unwrap();
-            self.start += FRAME_HEADER;
-            let Some(hdr) = FrameHeader::decode(&h, max_message) else {
-                return Some(RxEnd::Garbage);
+            let hdr = match self.held.take() {
+                Some(h) => h,
+                None => {
+                    if staged < FRAME_HEADER {
+                        return None;
+                    }
+                    let h: [u8; FRAME_HEADER] = self.stage[self.start..self.start + FRAME_HEADER].try_into().unwrap();
+                    self.start += FRAME_HEADER;
+                    let Some(hdr) = FrameHeader::decode(&h, max_message) else {
+                        return Some(RxEnd::Garbage);
+                    };
+                    if hdr.kind == frame::KIND_GOODBYE {
+                        on(RxEvent::Goodbye);
+                        continue;
+                    }
+                    hdr
+                }
             };
-            if hdr.kind == frame::KIND_GOODBYE {
-                on(RxEvent::Goodbye);
-                continue;
+            if hdr.len as usize <= BODY_AHEAD {
+                self.body = Some((hdr, pool.take(hdr.len as usize)));
+            } else if budget.admit(hdr.len) {
+                self.admitted = hdr.len;
+                self.body = Some((hdr, pool.take(BODY_AHEAD)));
+            } else {
+                self.held = Some(hdr);
+                return Some(RxEnd::Throttled);
             }
-            self.body = Some((hdr, pool.take(hdr.len as usize)));
         }
+    }
+
+    /// The connection ended: its unfinished body no longer holds budget.
+    fn give_back(&mut self, budget: &RxBudget) {
+        budget.release(std::mem::take(&mut self.admitted));
     }
 
     /// Read more bytes: straight into a large body, else into the stage.
@@ -305,7 +374,10 @@ impl Rx {
         if let Some((hdr, body)) = self.body.as_mut() {
             let need = hdr.len as usize - body.len();
             if self.start == self.end && need >= STAGE {
-                return crate::sys::recv_append(s.as_raw_fd(), body, need).map(|n| (n, need));
+                // Room for what came so far again, at least BODY_AHEAD: the
+                // buffer doubles only as the peer actually sends.
+                let ask = need.min(body.len().max(BODY_AHEAD));
+                return crate::sys::recv_append(s.as_raw_fd(), body, ask).map(|n| (n, ask));
             }
         }
         if self.end == self.stage.len() {
@@ -317,5 +389,81 @@ impl Rx {
         let n = crate::sys::recv(s.as_raw_fd(), &mut self.stage[self.end..])?;
         self.end += n;
         Ok((n, asked))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::TcpListener;
+
+    fn pair(l: &TcpListener) -> (TcpStream, Conn) {
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        // Reading never touches the epoll set.
+        let set = Arc::new(Epoll::new(nix::sys::epoll::EpollCreateFlags::EPOLL_CLOEXEC).unwrap());
+        (c, Conn::new(s, 3, 1, Arc::new(BufPool::default()), set).unwrap())
+    }
+
+    /// read_ready until `done` says so (loopback bytes may lag a little).
+    fn read_until(conn: &Conn, budget: &RxBudget, mut done: impl FnMut(&RxEnd, &[RxEvent]) -> bool) -> (RxEnd, Vec<RxEvent>) {
+        let mut events = vec![];
+        for _ in 0..200 {
+            let end = conn.read_ready(true, 1 << 30, budget, &mut |e| events.push(e));
+            if done(&end, &events) {
+                return (end, events);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        panic!("not reached");
+    }
+
+    fn frame_head(len: u64) -> [u8; FRAME_HEADER] {
+        FrameHeader { len, window: 0, tag: 1, kind: frame::KIND_MESSAGE }.encode()
+    }
+
+    #[test]
+    fn large_bodies_grow_as_bytes_arrive_and_share_the_budget() {
+        const MIB: usize = 1 << 20;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let budget = RxBudget::new(3 * MIB as u64);
+        let (mut a, conn_a) = pair(&l);
+        let (mut b, conn_b) = pair(&l);
+
+        // A 1 GiB header alone reserves no more than BODY_AHEAD.
+        let (mut big, conn_big) = pair(&l);
+        big.write_all(&frame_head(1 << 30)).unwrap();
+        read_until(&conn_big, &budget, |_, _| budget.admitted() == 1 << 30);
+        assert!(conn_big.rx_capacity() <= STAGE + BODY_AHEAD, "reserved {} bytes", conn_big.rx_capacity());
+        drop(big);
+        let (end, _) = read_until(&conn_big, &budget, |end, _| *end == RxEnd::Closed);
+        assert_eq!(end, RxEnd::Closed);
+        assert_eq!(budget.admitted(), 0, "a closed connection gives its budget back");
+
+        // A: 2 MiB announced, 1.5 MiB sent: the buffer follows the bytes.
+        a.write_all(&frame_head(2 * MIB as u64)).unwrap();
+        a.write_all(&vec![7u8; 3 * MIB / 2]).unwrap();
+        let total = FRAME_HEADER + 3 * MIB / 2;
+        read_until(&conn_a, &budget, |_, _| {
+            conn_a.rx.lock().unwrap().body.as_ref().is_some_and(|(_, v)| v.len() + FRAME_HEADER >= total - STAGE)
+        });
+        assert!(conn_a.rx_capacity() < 2 * MIB + STAGE + 1, "A holds {}", conn_a.rx_capacity());
+
+        // B: 2 MiB more do not fit in 3 MiB beside A's: B waits.
+        b.write_all(&frame_head(2 * MIB as u64)).unwrap();
+        b.write_all(&vec![9u8; 2 * MIB]).unwrap();
+        let (end, ev) = read_until(&conn_b, &budget, |end, _| *end == RxEnd::Throttled);
+        assert_eq!(end, RxEnd::Throttled);
+        assert!(ev.is_empty());
+        assert_eq!(budget.admitted(), 2 * MIB as u64);
+
+        // A completes: its budget is released, and B goes on.
+        a.write_all(&vec![7u8; MIB / 2]).unwrap();
+        let (_, ev) = read_until(&conn_a, &budget, |_, ev| ev.iter().any(|e| matches!(e, RxEvent::Released)));
+        assert!(matches!(&ev[0], RxEvent::Frame { data, .. } if data.len() == 2 * MIB && data.iter().all(|x| *x == 7)));
+        assert_eq!(budget.admitted(), 0);
+        let (_, ev) = read_until(&conn_b, &budget, |_, ev| !ev.is_empty());
+        assert!(matches!(&ev[0], RxEvent::Frame { data, .. } if data.len() == 2 * MIB && data.iter().all(|x| *x == 9)));
     }
 }
