@@ -73,6 +73,11 @@ fn large_messages_in_order_both_paths() {
     while got.len() < 2 * sizes.len() {
         assert!(Instant::now() < deadline, "timed out with {} messages", got.len());
         let _ = local.progress(0, &mut |_, _, _| {});
+        // The TCP sender pushes what the socket did not take at send time
+        // only when it progresses or flushes (as the C API asks of senders);
+        // how much a loopback socket takes at once varies with memory
+        // pressure, and on a loaded machine 3 MiB sometimes stayed queued.
+        let _ = remote.flush(Some(Duration::from_millis(1)));
         let _ = rx.wait(0, Some(WaitMode::Adaptive), Some(Duration::from_millis(1)), &mut |t, tag, d| {
             got.push((t, tag, d.to_vec()))
         });
@@ -315,9 +320,9 @@ fn unread_bulk_file_is_removed_at_the_receivers_close() {
 }
 
 /// A notify that finds the window awake is not lost: the next wait reports
-/// it at once.  A TCP connection that delivers no message (a stranger's
-/// garbage) wakes a sleeping window through the epoll thread, but does not
-/// end the wait: it goes back to sleep until the real message.
+/// it at once.  A TCP connection that fails the handshake (a stranger's
+/// garbage) is handled by the epoll thread alone: it neither ends nor even
+/// interrupts the sleep, which lasts until the real message.
 #[test]
 fn notify_is_sticky_and_a_stranger_ends_no_wait() {
     let j = job();
@@ -348,5 +353,5 @@ fn notify_is_sticky_and_a_stranger_ends_no_wait() {
         assert_eq!(got, vec![(9, b"real".to_vec())]);
     });
     let c = rx.counters();
-    assert!(c.strangers_rejected >= 1 && c.spurious_wakeups >= 1, "{c:?}");
+    assert!(c.strangers_rejected >= 1 && c.spurious_wakeups == 0, "{c:?}");
 }

@@ -1,0 +1,151 @@
+//! Helpers for the TCP trust tests: endpoints on loopback, and a raw TCP
+//! client that speaks the wire format from its description (handshake.rs,
+//! frame.rs) -- as a job member (it knows the blob's secret) or as a
+//! stranger that only knows what the old protocol sent.
+#![allow(dead_code)]
+
+use doorbell::{Config, Endpoint};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+static JOBS: AtomicU32 = AtomicU32::new(0);
+
+pub fn job() -> String {
+    format!("tt{}-{}", std::process::id(), JOBS.fetch_add(1, Ordering::Relaxed))
+}
+
+pub fn ep(job: &str, task: u32, node: u64) -> Endpoint {
+    Endpoint::new(Config { task, node_id: node, job: job.into(), if_include: "127.0.0.1/8".into(), ..Config::default() })
+        .unwrap()
+}
+
+pub fn connect_all(eps: &[&Endpoint]) {
+    for a in eps {
+        for b in eps {
+            a.connect(&b.address().encode()).unwrap();
+        }
+    }
+}
+
+/// The fields of an address blob (address.rs layout).
+pub struct Blob {
+    pub task: u32,
+    pub job_hash: u64,
+    pub tcp: SocketAddrV4,
+    pub secret: [u8; 16],
+}
+
+pub fn blob(e: &Endpoint) -> Blob {
+    let b = e.address().encode();
+    Blob {
+        task: u32::from_le_bytes(b[8..12].try_into().unwrap()),
+        job_hash: u64::from_le_bytes(b[24..32].try_into().unwrap()),
+        tcp: SocketAddrV4::new(Ipv4Addr::new(b[32], b[33], b[34], b[35]), u16::from_le_bytes([b[36], b[37]])),
+        secret: b[40..56].try_into().unwrap(),
+    }
+}
+
+/// The old protocol's job hash: FNV-1a of the job key, which anyone can compute.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3))
+}
+
+/// The old protocol's hello (24 B): "DOORBELL" | version 1 | task | job hash.
+pub fn old_hello(task: u32, job: &str) -> Vec<u8> {
+    let mut b = b"DOORBELL".to_vec();
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(&task.to_le_bytes());
+    b.extend_from_slice(&fnv1a(job.as_bytes()).to_le_bytes());
+    b
+}
+
+/// A frame header (16 B): len | window | tag | kind | pad.
+pub fn frame(len: u64, window: u32, tag: u8, kind: u8) -> Vec<u8> {
+    let mut b = len.to_le_bytes().to_vec();
+    b.extend_from_slice(&window.to_le_bytes());
+    b.extend_from_slice(&[tag, kind, 0, 0]);
+    b
+}
+
+fn mac(key: &[u8; 16], label: &[u8], job_hash: u64, listener: u32, connector: u32, nl: &[u8], nc: &[u8]) -> [u8; 32] {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap();
+    for part in [label, &job_hash.to_le_bytes(), &listener.to_le_bytes(), &connector.to_le_bytes(), nl, nc] {
+        m.update(part);
+    }
+    m.finalize().into_bytes().into()
+}
+
+/// Read the listener's challenge: (its task, its nonce).
+pub fn read_challenge(s: &mut TcpStream) -> (u32, [u8; 16]) {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut ch = [0u8; 32];
+    s.read_exact(&mut ch).expect("a challenge");
+    assert_eq!(&ch[0..8], b"DOORBELL");
+    assert_eq!(u32::from_le_bytes(ch[8..12].try_into().unwrap()), 2);
+    (u32::from_le_bytes(ch[12..16].try_into().unwrap()), ch[16..32].try_into().unwrap())
+}
+
+/// A hello for `challenge` as task `me`, keyed with `key`.
+pub fn hello(b: &Blob, key: &[u8; 16], me: u32, nonce_l: &[u8; 16]) -> Vec<u8> {
+    let nonce_c = [0x3c; 16];
+    let mut h = b"DOORBELL".to_vec();
+    h.extend_from_slice(&2u32.to_le_bytes());
+    h.extend_from_slice(&me.to_le_bytes());
+    h.extend_from_slice(&nonce_c);
+    h.extend_from_slice(&mac(key, b"doorbell-hello", b.job_hash, b.task, me, nonce_l, &nonce_c));
+    h
+}
+
+/// Connect as job member `me` (knowing the blob's secret) and pass the
+/// handshake, checking the listener's ack.
+pub fn member(b: &Blob, me: u32) -> TcpStream {
+    let mut s = TcpStream::connect(b.tcp).unwrap();
+    let (task, nonce_l) = read_challenge(&mut s);
+    assert_eq!(task, b.task);
+    s.write_all(&hello(b, &b.secret, me, &nonce_l)).unwrap();
+    let mut ack = [0u8; 32];
+    s.read_exact(&mut ack).expect("an ack");
+    assert_eq!(ack, mac(&b.secret, b"doorbell-ack", b.job_hash, b.task, me, &nonce_l, &[0x3c; 16]));
+    s.set_read_timeout(None).unwrap();
+    s
+}
+
+/// Wait until the peer closed `s` (EOF or reset); false at the timeout.
+pub fn closed_by_peer(s: &mut TcpStream, timeout: Duration) -> bool {
+    s.set_read_timeout(Some(timeout)).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Open file descriptors of this process.
+pub fn fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// A line of /proc/self/status in KiB ("VmSize", "VmRSS").
+pub fn status_kib(key: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = s.lines().find(|l| l.starts_with(key)).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// CPU time (user + system) of this process so far.
+pub fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}

@@ -1,0 +1,62 @@
+//! Issue 10, point 7: accept failing with EMFILE does not spin the FLIH.
+//! The listener stays readable while its backlog waits; watched as before,
+//! it woke the FLIH in a loop (97.5% CPU under `ulimit -n 1024`).
+//!
+//! Its own test binary: it lowers this process's descriptor limit.
+
+mod common;
+use common::*;
+use doorbell::{WaitMode, Woke};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_full_descriptor_table_does_not_spin_the_flih() {
+    let j = job();
+    let (rx, peer) = (ep(&j, 0, 1), ep(&j, 1, 2));
+    connect_all(&[&rx, &peer]);
+    let addr = rx.address().tcp;
+    let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit fills the struct we own.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut old) }, 0);
+    // Room for a few descriptors only; our own client sockets take it.
+    let low = libc::rlimit { rlim_cur: (fd_count() + 8) as u64, rlim_max: old.rlim_max };
+    // SAFETY: setrlimit reads the struct we own.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) }, 0);
+    let mut clients = vec![];
+    while let Ok(s) = TcpStream::connect_timeout(&addr.into(), Duration::from_millis(200)) {
+        clients.push(s);
+    }
+    // A few more wait in the listener's backlog: the table is full, the
+    // backlog is readable, accept fails with EMFILE.
+    let backlog: Vec<_> = (0..4)
+        .filter_map(|_| {
+            let fd = clients.pop()?;
+            drop(fd);
+            TcpStream::connect_timeout(&addr.into(), Duration::from_millis(200)).ok()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let (cpu0, t0) = (cpu_time(), Instant::now());
+    std::thread::sleep(Duration::from_secs(1));
+    let share = (cpu_time() - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    println!(
+        "descriptor table full ({} client sockets, {} in the backlog): process CPU {:.1}% over 1 s",
+        clients.len(),
+        backlog.len(),
+        share * 100.0
+    );
+    assert!(share < 0.10, "the process used {:.1}% CPU while idle", share * 100.0);
+
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &old) }, 0);
+    drop(clients);
+    drop(backlog);
+    peer.send(0, 0, 1, &[b"after"]).unwrap();
+    let mut got = vec![];
+    while got.is_empty() {
+        let r = rx.wait(0, Some(WaitMode::Block), Some(Duration::from_secs(5)), &mut |t, _, d| got.push((t, d.to_vec())));
+        assert!(matches!(r, Ok(Woke::Message(_))), "{r:?}");
+    }
+    assert_eq!(got, vec![(1, b"after".to_vec())]);
+}
