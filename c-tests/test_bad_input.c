@@ -5,6 +5,7 @@
  *   t0 tester (node 1): bad configs, bad address buffers, malformed blobs
  *      (truncated, random, wrong magic, another job's), unknown task, unknown
  *      window, oversize and (size_t)-1 lengths, then strangers sending garbage
+ *      and the old protocol's hello (tasks 0, 1, 9999) with forged frames
  *      to every TCP port its process listens on (found via /proc/self/fd and
  *      /proc/net/tcp{,6});
  *   t1 TCP peer (node 2): answers "ping" with "pong" all along;
@@ -247,6 +248,28 @@ static int stranger(const struct sockaddr_storage *ss, const void *data, size_t 
   return fd;
 }
 
+/* What a stranger could send with the old protocol (issue 10, point 5):
+ * its hello (24 B: "DOORBELL", version 1, task, FNV-1a of the job key, which
+ * anyone who sees /dev/shm names can compute), then a message frame for
+ * window 0 and a goodbye frame (16 B headers: len, window, tag, kind). */
+static size_t old_hello_and_forgery(uint8_t *out, uint32_t task) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char *k = dbt_jobkey(); *k; k++) h = (h ^ (uint8_t)*k) * 0x100000001b3ull;
+  uint32_t version = 1;
+  size_t n = 0;
+  memcpy(out + n, "DOORBELL", 8), n += 8;
+  memcpy(out + n, &version, 4), n += 4;
+  memcpy(out + n, &task, 4), n += 4;
+  memcpy(out + n, &h, 8), n += 8;
+  uint8_t frame[16] = {6, 0, 0, 0, 0, 0, 0, 0, /* window */ 0, 0, 0, 0, /* tag */ 66, /* kind */ 0, 0, 0};
+  memcpy(out + n, frame, 16), n += 16;
+  memcpy(out + n, "FORGED", 6), n += 6;
+  uint8_t bye[16] = {0};
+  bye[13] = 1;
+  memcpy(out + n, bye, 16), n += 16;
+  return n;
+}
+
 static void strangers(doorbell_endpoint *ep, uint32_t peer, int *held, int *nheld) {
   struct sockaddr_storage addrs[16];
   int n = listen_addrs(addrs, 16);
@@ -267,21 +290,33 @@ static void strangers(doorbell_endpoint *ep, uint32_t peer, int *held, int *nhel
     ok &= stranger(&addrs[i], ones, sizeof ones, 0) == 0;          /* garbage, closed */
     ok &= stranger(&addrs[i], http, sizeof http - 1, 0) == 0;      /* wrong protocol */
     dbt_check(ok, "strangers connected to %s and sent garbage", s);
+    /* The old hello for this task, the real peer and a task that is none. */
+    static const uint32_t claims[] = {0, 1, 9999};
+    for (int k = 0; k < 3; k++) {
+      uint8_t forged[128];
+      size_t n = old_hello_and_forgery(forged, claims[k]);
+      int kept = stranger(&addrs[i], forged, n, 1);
+      dbt_check(kept >= 0, "stranger sent the old hello for task %u and forged frames to %s", claims[k], s);
+      if (kept >= 0) held[(*nheld)++] = kept;
+    }
   }
   /* Rejection happens on the endpoint's side: give it a moment and progress. */
   doorbell_counters c1 = c0;
   double t0 = dbt_now();
   struct inbox none = {0};
-  while (c1.strangers_rejected <= c0.strangers_rejected && dbt_now() - t0 < 5) {
-    doorbell_wake wake;
+  int lost = 0;
+  while ((c1.strangers_rejected <= c0.strangers_rejected || dbt_now() - t0 < 1) && dbt_now() - t0 < 5) {
+    doorbell_wake wake = {0};
     doorbell_progress(ep, 0, to_inbox, &none, &wake);
+    lost += wake.reason == DOORBELL_WOKE_PEER_LOST;
     usleep(10000);
     doorbell_counters_get(ep, &c1);
   }
+  dbt_check(lost == 0, "no stranger was reported as a lost peer (%d reports)", lost);
   dbt_check(c1.strangers_rejected > c0.strangers_rejected,
             "counters.strangers_rejected increased (%lu -> %lu)",
             (unsigned long)c0.strangers_rejected, (unsigned long)c1.strangers_rejected);
-  dbt_check(none.n == 0, "no message came out of the garbage (%d)", none.n);
+  dbt_check(none.n == 0, "no message came out of the garbage or the forged frames (%d)", none.n);
   ping(ep, peer, 2, "after the strangers (one still connected)");
 }
 

@@ -24,7 +24,7 @@
 #   RUN_TIMEOUT     seconds for one mpirun                   (240)
 #   TESTS           names to run, default all: pingpong anysource probe
 #                   alltoall_nb ssend_vector collectives threads idle_cpu idle_point
-#                   rust netpipe mpi4py
+#                   rust netpipe mpi4py stranger (doorbell, single node only)
 #   OUT             build and log directory                  (<repo>/target/mpi-tests)
 #   SHM_GLOB        files that must not be left behind       (/dev/shm/doorbell*)
 #   SHM_STRICT      1: at the end, any new SHM_GLOB file fails; 0: only files
@@ -44,7 +44,7 @@ PINGPONG_MAX=${PINGPONG_MAX:-67108864}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 SHM_GLOB=${SHM_GLOB:-/dev/shm/doorbell*}
 SHM_STRICT=${SHM_STRICT:-1}
-TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point rust netpipe mpi4py}
+TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point rust netpipe mpi4py stranger}
 OUT=${OUT:-$ROOT/target/mpi-tests}
 BIN=$OUT/bin
 LOGS=$OUT/logs
@@ -221,6 +221,15 @@ for p in "${C_PROGRAMS[@]}"; do
         rm -f "$BIN/$p"
     fi
 done
+if wanted stranger; then
+    log=$LOGS/build_stranger.log
+    if mpicc.openmpi -O2 -g -Wall -Wextra -Werror -pthread -o "$BIN/stranger" "$HERE/stranger.c" >"$log" 2>&1; then
+        pass "build stranger"
+    else
+        fail "build stranger" "mpicc.openmpi failed" "$log"
+        rm -f "$BIN/stranger"
+    fi
+fi
 if wanted rust; then
     log=$LOGS/build_rust.log
     # --locked: build exactly the versions in Cargo.lock
@@ -361,6 +370,33 @@ if wanted mpi4py; then
         run_mpi "mpi4py objects+numpy np=2 $(tag_of "$BTL" "$variant")" 2 "$BTL" "$variant" \
             "^mpi4py_check: OK" "$PY" "$HERE/mpi4py_check.py" || true
     done
+fi
+
+# ---- a stranger on the node visits a force_tcp job's ports (issue 10, point 5) ----
+# stranger_attack.py sends the old protocol's hello for tasks 0, 1 and 9999
+# with forged ob1 frames and a goodbye, garbage, and a new hello with a guessed
+# key, to both ranks.  The job must run on with correct data and exit 0, and
+# each rank must have counted the 5 visits as strangers.
+if wanted stranger && is_doorbell "$BTL" && [[ -z $MPIRUN_HOSTS && -x $BIN/stranger ]]; then
+    alog=$LOGS/stranger_attack.log
+    "$PY" "$HERE/stranger_attack.py" "$BIN/stranger" --ranks 2 --wait 60 --delay 1 >"$alog" 2>&1 &
+    apid=$!
+    label="stranger attack np=2 $(tag_of "$BTL" force_tcp) if_include lo"
+    if run_mpi "$label" 2 "$BTL" force_tcp "^stranger: OK" --mca btl_doorbell_if_include lo "$BIN/stranger" 4; then
+        counted=$(grep -Eo 'strangers_rejected=[0-9]+' "$RUN_LOG" | awk -F= '$2 >= 5' | wc -l)
+        if [[ $counted == 2 ]]; then
+            pass "stranger attack: both ranks rejected the 5 visits" "$(grep -Eo 'strangers_rejected=[0-9]+' "$RUN_LOG" | tr '\n' ' ')"
+        else
+            fail "stranger attack: both ranks rejected the 5 visits" "$counted of 2 ranks counted >= 5 strangers" "$RUN_LOG"
+        fi
+    fi
+    arc=0
+    wait "$apid" || arc=$?
+    if [[ $arc == 0 ]]; then
+        pass "stranger attack: the stranger reached both ranks' ports" "$(tail -n1 "$alog")"
+    else
+        fail "stranger attack: the stranger reached both ranks' ports" "attacker exit $arc" "$alog"
+    fi
 fi
 
 # ---- nothing of ours may stay in /dev/shm ----
