@@ -46,7 +46,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub const BULK_MAGIC: u64 = u64::from_le_bytes(*b"DBBULK\0\0");
 pub const BULK_VERSION: u32 = 1;
 const HEADER_BYTES: usize = 256;
-const DATA_OFFSET: usize = 4096;
+pub(crate) const DATA_OFFSET: usize = 4096;
 pub const SLOTS: usize = 2;
 /// Smallest slot: messages just above a quarter ring should not each make
 /// a new generation on their way up.
@@ -242,6 +242,14 @@ impl BulkConsumer {
         // SAFETY: the slot lies inside the segment (open checked its length,
         // len <= slot_bytes), and B1 made the bytes visible.
         Ok(unsafe { std::slice::from_raw_parts(slot_ptr(&self.seg, slot, self.slot_bytes), r.len as usize) })
+    }
+
+    /// For the fuzz target: (the mapping, the slots), as address ranges.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn fuzz_ranges(&self) -> ((usize, usize), (usize, usize)) {
+        let base = self.seg.base() as usize;
+        let slots = base + DATA_OFFSET;
+        ((base, base + self.seg.len()), (slots, slots + SLOTS * self.slot_bytes as usize))
     }
 
     /// Done with the slot of `r` (after `message` succeeded).  SYNC POINT B2.

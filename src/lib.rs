@@ -33,6 +33,10 @@ mod ffi;
 mod flih;
 #[cfg(not(loom))]
 mod frame;
+/// Decoders of untrusted bytes, for the fuzz targets in fuzz/ only.
+#[cfg(all(not(loom), any(test, feature = "fuzzing")))]
+#[doc(hidden)]
+pub mod fuzzing;
 #[cfg(not(loom))]
 mod handshake;
 #[cfg(not(loom))]

@@ -500,7 +500,12 @@ impl Consumer {
         if !ok {
             return Err(Error::Shm);
         }
+        // Records start 16-aligned: a `head` that is not would make every
+        // stamp and record read below misaligned, and past the data area.
         let head = h.head.load(Ordering::Acquire);
+        if head % REC != 0 {
+            return Err(Error::Shm);
+        }
         let id = RingId { dir: dir.into(), job: job.into(), src, dst, window };
         Ok(Consumer { seg, cap, head, max_message, assembling: None, spare: Vec::new(), src, id, bulk: None })
     }
@@ -619,6 +624,21 @@ impl Consumer {
             }
         }
         Ok(self.bulk.as_ref().expect("set above"))
+    }
+
+    /// For the fuzz target: (every mapping of this consumer, the parts of
+    /// them a delivered message may lie in), as address ranges.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn fuzz_ranges(&self) -> (Vec<(usize, usize)>, Vec<(usize, usize)>) {
+        let base = self.seg.base() as usize;
+        let mut maps = vec![(base, base + self.seg.len())];
+        let mut data = vec![(base + HEADER_BYTES, base + HEADER_BYTES + self.cap as usize)];
+        if let Some(b) = &self.bulk {
+            let (m, d) = b.fuzz_ranges();
+            maps.push(m);
+            data.push(d);
+        }
+        (maps, data)
     }
 
     /// Did the producer ask to be rung?  (Clears the flag.)  SYNC POINT R3
@@ -876,6 +896,21 @@ mod tests {
         // SAFETY: as above.
         unsafe { std::ptr::copy_nonoverlapping(good.to_bytes().as_ptr(), at, 16) };
         assert_eq!(drain(&mut c).len(), 1);
+    }
+
+    #[test]
+    fn a_misaligned_head_is_refused_at_open() {
+        // Found by the `ring` fuzz target: head 8 made the consumer read its
+        // stamp word misaligned (a panic in a debug build, UB in release).
+        let job = format!("ut-mishead-{}", std::process::id());
+        let p = Producer::create("/dev/shm", &job, 1, 2, 0, 4096, 0).unwrap();
+        p.hdr().head.store(8, Ordering::Release);
+        assert!(matches!(Consumer::open("/dev/shm", &job, 1, 2, 0, 1 << 20), Err(Error::Shm)));
+        drop(p);
+        // An aligned head anywhere is fine (a ring far into its life).
+        let p = Producer::create("/dev/shm", &job, 1, 2, 0, 4096, 0).unwrap();
+        p.hdr().head.store(4096 + 16, Ordering::Release);
+        assert!(Consumer::open("/dev/shm", &job, 1, 2, 0, 1 << 20).is_ok());
     }
 
     #[test]

@@ -1,0 +1,335 @@
+//! Entry points for the fuzz targets in `fuzz/` (cargo fuzz): each decoder
+//! of bytes that another process or a stranger controls, fed arbitrary
+//! input, with the checks a target asserts.  Built only with the `fuzzing`
+//! feature (and for the unit test that replays the committed corpora), so
+//! the library exposes nothing more in a normal build.
+//!
+//! - `frame`: the hello and the TCP frame header (frame.rs);
+//! - `tcp_rx`: a connection's receive parser (tcp.rs) over a real loopback
+//!   socket, the input cut into pieces, checked against a straight reading
+//!   of the same bytes;
+//! - `address`: the address blob (address.rs);
+//! - `ring`: a ring consumer (ring.rs) that maps a segment whose header and
+//!   records are arbitrary, with a bulk segment (bulk.rs) whose header and
+//!   slots are arbitrary too.
+
+use crate::address::{Address, ADDRESS_BYTES};
+use crate::buf_pool::BufPool;
+use crate::config::{Config, MAX_TASKS};
+use crate::frame::{self, FrameHeader, FRAME_HEADER, HELLO_BYTES};
+use crate::ring::{Consumer, Gather, Producer, HEADER_BYTES};
+use crate::shm::{bulk_name, ring_name, Owner, Segment};
+use crate::tcp::{Conn, RxEnd, RxEvent, NO_TASK};
+use std::io::Write;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, OnceLock};
+
+/// The job hash the TCP targets' hellos must carry.
+const JOB_HASH: u64 = 0x5eed_d00b_e11f_u64;
+
+/// Hello and frame header: a decoded value encodes back to the same bytes.
+pub fn frame(data: &[u8]) {
+    if let Some(h) = data.get(..HELLO_BYTES) {
+        let h: &[u8; HELLO_BYTES] = h.try_into().unwrap();
+        if let Some(task) = frame::parse_hello(h, JOB_HASH, MAX_TASKS) {
+            assert!(task < MAX_TASKS);
+            assert_eq!(&frame::hello(task, JOB_HASH), h, "an accepted hello is the one we would send");
+        }
+    }
+    for max_message in [0, 1 << 20, u64::MAX] {
+        for w in data.chunks_exact(FRAME_HEADER) {
+            let w: &[u8; FRAME_HEADER] = w.try_into().unwrap();
+            if let Some(f) = FrameHeader::decode(w, max_message) {
+                assert!(f.len <= max_message);
+                assert_eq!(&f.encode(), w, "an accepted header is the one we would send");
+            }
+        }
+    }
+}
+
+/// What a connection reports, as a value to compare.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Hello(u32),
+    Frame(u32, u8, Vec<u8>),
+    Goodbye,
+}
+
+/// The events and the end a straight reading of the whole stream gives.
+fn rx_reference(mut s: &[u8], max_message: u64) -> (Vec<Seen>, RxEnd) {
+    let mut seen = vec![];
+    let Some(h) = s.get(..HELLO_BYTES) else { return (seen, RxEnd::Closed) };
+    match frame::parse_hello(h.try_into().unwrap(), JOB_HASH, MAX_TASKS) {
+        Some(task) => seen.push(Seen::Hello(task)),
+        None => return (seen, RxEnd::Stranger),
+    }
+    s = &s[HELLO_BYTES..];
+    while let Some(h) = s.get(..FRAME_HEADER) {
+        let Some(f) = FrameHeader::decode(h.try_into().unwrap(), max_message) else {
+            return (seen, RxEnd::Garbage);
+        };
+        s = &s[FRAME_HEADER..];
+        if f.kind == frame::KIND_GOODBYE {
+            seen.push(Seen::Goodbye);
+            continue;
+        }
+        if (s.len() as u64) < f.len {
+            break;
+        }
+        seen.push(Seen::Frame(f.window, f.tag, s[..f.len as usize].to_vec()));
+        s = &s[f.len as usize..];
+    }
+    (seen, RxEnd::Closed)
+}
+
+fn listener() -> &'static TcpListener {
+    static L: OnceLock<TcpListener> = OnceLock::new();
+    L.get_or_init(|| TcpListener::bind("127.0.0.1:0").expect("a loopback listener"))
+}
+
+/// Close with RST (SO_LINGER 0): thousands of connections a second would
+/// otherwise fill the port range with TIME_WAIT.
+fn reset_on_close(s: &TcpStream) {
+    let l = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: setsockopt reads size_of::<linger>() bytes from a live local.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &l as *const libc::linger as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
+/// Receive parser: `data[0]` picks the piece size (1..=256 bytes), the rest
+/// is the byte stream a stranger sends after connecting.  Each piece is
+/// written, then read as the FLIH would; at the end the sender shuts down.
+/// Whatever the cuts, the events and the end match `rx_reference`.
+pub fn tcp_rx(data: &[u8]) {
+    let Some((&cut, stream)) = data.split_first() else { return };
+    let piece = cut as usize + 1;
+    let max_message = Config::default().max_message;
+    let l = listener();
+    let mut tx = TcpStream::connect(l.local_addr().unwrap()).expect("connect to loopback");
+    let (rx, _) = l.accept().expect("accept");
+    reset_on_close(&tx);
+    reset_on_close(&rx);
+    let conn = Conn::new(rx, 0, NO_TASK, false, Arc::new(BufPool::default()), -1).expect("a connection");
+    let mut seen = vec![];
+    let mut on = |ev: RxEvent| {
+        seen.push(match ev {
+            RxEvent::Hello(t) => Seen::Hello(t),
+            RxEvent::Frame { window, tag, data } => {
+                assert!(data.len() as u64 <= max_message);
+                Seen::Frame(window, tag, data)
+            }
+            RxEvent::Goodbye => Seen::Goodbye,
+        })
+    };
+    let mut end = RxEnd::Drained;
+    for p in stream.chunks(piece) {
+        // A connection the reader gave up on may be reset: stop writing.
+        if tx.write_all(p).is_err() {
+            break;
+        }
+        end = conn.read_ready(false, JOB_HASH, MAX_TASKS, max_message, &mut on);
+        if end != RxEnd::Drained {
+            break;
+        }
+    }
+    if end == RxEnd::Drained {
+        let _ = tx.shutdown(Shutdown::Write);
+        // The FIN is on its way through loopback: read until it arrives.
+        for _ in 0..1_000_000 {
+            end = conn.read_ready(true, JOB_HASH, MAX_TASKS, max_message, &mut on);
+            if end != RxEnd::Drained {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    }
+    let (want, want_end) = rx_reference(stream, max_message);
+    assert_eq!(end, want_end, "how the connection ended");
+    assert_eq!(seen, want, "what the connection delivered");
+}
+
+/// Address blob: a decoded address encodes back to the blob, up to the
+/// bytes decode ignores (flags and pad).
+pub fn address(data: &[u8]) {
+    if let Ok(a) = Address::decode(data) {
+        assert_eq!(data.len(), ADDRESS_BYTES);
+        assert!(a.task < MAX_TASKS && a.pid != 0 && a.tcp.port() != 0);
+        let mut b = a.encode();
+        b[6..8].copy_from_slice(&data[6..8]);
+        b[38..40].copy_from_slice(&data[38..40]);
+        assert_eq!(&b[..], data);
+        assert_eq!(Address::decode(&a.encode()), Ok(a));
+    }
+}
+
+/// The ring the `ring` target maps: 4 KiB of records.
+const RING_CAPACITY: u32 = 4096;
+const RING_FILE: usize = HEADER_BYTES + RING_CAPACITY as usize;
+/// Its bulk generation 0: the header page and two 4 KiB slots.
+const BULK_SLOT: usize = 4096;
+const BULK_FILE: usize = crate::bulk::DATA_OFFSET + crate::bulk::SLOTS * BULK_SLOT;
+const SRC: u32 = 1;
+const DST: u32 = 2;
+
+fn fuzz_job() -> String {
+    format!("fuzz{}", std::process::id())
+}
+
+/// Copy `bytes` (zero-padded) over the start of a segment.
+fn fill(seg: &Segment, bytes: &[u8]) {
+    let n = bytes.len().min(seg.len());
+    // SAFETY: n bytes fit in the mapping; this process's only other
+    // mapping of the file (the consumer's) is not made yet.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), seg.base(), n) };
+}
+
+/// Ring reader: `data` is the ring file (header, then records: RING_FILE
+/// bytes), then the file of bulk generation 0 (BULK_FILE bytes); missing
+/// bytes are zero.  The consumer maps them and polls.  It may refuse them
+/// (an error), but what it delivers lies in the ring's data area, in a bulk
+/// slot, or in a buffer of its own -- never elsewhere in a mapping.
+pub fn ring(data: &[u8]) -> usize {
+    let (dir, job) = ("/dev/shm", fuzz_job());
+    let (ring_bytes, bulk_bytes) = data.split_at(data.len().min(RING_FILE));
+    let ring_seg = Segment::create(dir, &ring_name(&job, SRC, DST, 0), RING_FILE, Owner::Unlocked).expect("a ring file");
+    fill(&ring_seg, ring_bytes);
+    let bulk_seg = Segment::create(dir, &bulk_name(&job, SRC, DST, 0, 0), BULK_FILE, Owner::Unlocked).expect("a bulk file");
+    fill(&bulk_seg, bulk_bytes);
+    let Ok(mut c) = Consumer::open(dir, &job, SRC, DST, 0, Config::default().max_message) else { return 0 };
+    let mut got: Vec<(usize, usize)> = vec![];
+    for _ in 0..4 {
+        let mut deliver = |_tag: u8, d: &[u8]| {
+            // Touch every byte: a slice past a mapping faults here.
+            std::hint::black_box(d.iter().fold(0u8, |a, &b| a ^ b));
+            got.push((d.as_ptr() as usize, d.len()));
+        };
+        if c.poll(64, &mut deliver).is_err() {
+            break;
+        }
+    }
+    let inside = |(p, n): (usize, usize), (lo, hi): (usize, usize)| p >= lo && p + n <= hi;
+    let overlaps = |(p, n): (usize, usize), (lo, hi): (usize, usize)| p < hi && p + n > lo;
+    let (maps, allowed) = c.fuzz_ranges();
+    for &m in &got {
+        if maps.iter().any(|&r| overlaps(m, r)) {
+            assert!(allowed.iter().any(|&r| inside(m, r)), "a message at {m:x?} outside the data areas {allowed:x?}");
+        }
+    }
+    got.len()
+}
+
+/// A `ring` input made by a real producer: the ring file, then bulk
+/// generation 0 (its slots cut to BULK_SLOT), after sending `messages`.
+/// Bulk messages must fit in BULK_SLOT.  For the committed seeds.
+pub fn ring_seed(messages: &[&[u8]]) -> Vec<u8> {
+    let (dir, job) = ("/dev/shm", format!("{}seed", fuzz_job()));
+    let mut p = Producer::create(dir, &job, SRC, DST, 0, RING_CAPACITY, BULK_SLOT as u64).expect("a ring");
+    for m in messages {
+        let parts = [*m];
+        let mut off = 0;
+        assert!(p.write(7, &Gather::new(&parts), &mut off), "the seed's messages fit in the ring");
+    }
+    let ring_path = format!("{dir}/{}", ring_name(&job, SRC, DST, 0));
+    let bulk_path = format!("{dir}/{}", bulk_name(&job, SRC, DST, 0, 0));
+    let mut out = std::fs::read(&ring_path).expect("the ring file");
+    if let Ok(b) = std::fs::read(&bulk_path) {
+        let full_slot = (b.len() - crate::bulk::DATA_OFFSET) / crate::bulk::SLOTS;
+        let mut cut = b[..crate::bulk::DATA_OFFSET].to_vec();
+        // The header's slot_bytes (after magic u64 and version u32).
+        cut[12..16].copy_from_slice(&(BULK_SLOT as u32).to_le_bytes());
+        for s in 0..crate::bulk::SLOTS {
+            let at = crate::bulk::DATA_OFFSET + s * full_slot;
+            cut.extend_from_slice(&b[at..at + BULK_SLOT]);
+        }
+        out.extend_from_slice(&cut);
+    }
+    drop(p);
+    let _ = std::fs::remove_file(&bulk_path);
+    out
+}
+
+/// The committed seeds, as (target, file name, bytes): valid traffic of
+/// each kind, for the fuzzer to mutate from (fuzz/src/make_seeds.rs).
+pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
+    let msg = |len: u64, window: u32, tag: u8| FrameHeader { len, window, tag, kind: frame::KIND_MESSAGE }.encode();
+    let bye = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_GOODBYE }.encode();
+    let hello = frame::hello(3, JOB_HASH);
+    let mut talk = hello.to_vec();
+    talk.extend_from_slice(&msg(5, 1, 65));
+    talk.extend_from_slice(b"hello");
+    talk.extend_from_slice(&msg(0, 15, 0));
+    talk.extend_from_slice(&msg(300, 0, 9));
+    talk.extend((0..300u32).map(|i| i as u8));
+    talk.extend_from_slice(&bye);
+    let cut = |c: u8, s: &[u8]| [&[c][..], s].concat();
+    let mut stranger = frame::hello(3, JOB_HASH ^ 1).to_vec();
+    stranger.extend_from_slice(&msg(5, 1, 65));
+    let mut garbage = hello.to_vec();
+    garbage.extend_from_slice(&msg(5, 16, 65));
+    let a = Address {
+        task: 7,
+        pid: 4242,
+        node_id: 0x1234_5678,
+        job_hash: JOB_HASH,
+        tcp: std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 40000),
+    };
+    let small: Vec<u8> = (0..100u8).collect();
+    let bulk2: Vec<u8> = (0..2500u32).map(|i| (i % 251) as u8).collect();
+    let bulk: Vec<u8> = (0..3000u32).map(|i| (i % 241) as u8).collect();
+    vec![
+        ("frame", "hello-message-goodbye", [&hello[..], &msg(5, 1, 65), &bye].concat()),
+        ("frame", "oversize-and-bad-window", [&msg(1 << 40, 0, 0)[..], &msg(1, 16, 0)].concat()),
+        ("tcp_rx", "talk-whole", cut(255, &talk)),
+        ("tcp_rx", "talk-bytewise", cut(0, &talk)),
+        ("tcp_rx", "talk-in-7s", cut(6, &talk)),
+        ("tcp_rx", "stranger", cut(255, &stranger)),
+        ("tcp_rx", "bad-window", cut(10, &garbage)),
+        ("address", "valid", a.encode().to_vec()),
+        ("ring", "empty", ring_seed(&[])),
+        ("ring", "small-and-two-bulk", ring_seed(&[&small, &bulk2, &bulk])),
+        ("ring", "full", ring_seed(&[&[1u8; 900], &[2u8; 900], &[3u8; 900], &[4u8; 900]])),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    //! Replays the committed corpora (fuzz/corpus/<target>/) through the
+    //! targets, so the entry points build and pass with every `cargo test`.
+    use super::*;
+
+    fn replay(target: &str, run: fn(&[u8])) -> usize {
+        let dir = format!("{}/fuzz/corpus/{target}", env!("CARGO_MANIFEST_DIR"));
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+            run(&std::fs::read(e.unwrap().path()).unwrap());
+            n += 1;
+        }
+        assert!(n > 0, "{dir} has seeds");
+        n
+    }
+
+    #[test]
+    fn committed_fuzz_corpora_replay_clean() {
+        let n = replay("frame", frame) + replay("tcp_rx", tcp_rx) + replay("address", address) + replay("ring", |d| {
+            ring(d);
+        });
+        println!("replayed {n} corpus files");
+    }
+
+    #[test]
+    fn ring_seed_is_read_back_whole() {
+        let small = [3u8; 100];
+        let big = [9u8; 3000];
+        let seed = ring_seed(&[&small, &big]);
+        assert_eq!(seed.len(), RING_FILE + BULK_FILE);
+        assert_eq!(ring(&seed), 2, "the ring message and the bulk one");
+    }
+}
