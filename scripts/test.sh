@@ -9,6 +9,7 @@
 #   6. stall: two-way traffic and progress-source stalls (mpi-tests/stall.sh)
 #   7. shm-full: a shared-memory directory too small for every ring
 #      (mpi-tests/shm_full.sh, private mount namespace)
+#   8. soak: 60 s per path of mixed, checked traffic with SIGSTOPped ranks
 # Prints each suite's figures and a last line "N passed, M failed".
 # The counts are doorbell's own results only: a suite that runs another BTL
 # for reference (mpi-tests idle CPU beside vader, netns beside self,vader,tcp)
@@ -67,6 +68,7 @@ suite component ompi/check.sh
 suite mpi-tests mpi-tests/run.sh
 suite stall mpi-tests/stall.sh
 suite shm-full mpi-tests/shm_full.sh
+suite soak env SOAK_SECONDS="${SOAK_SECONDS:-60}" mpi-tests/soak.sh
 suite two-node mpi-tests/netns/run.sh
 
 [[ ${#failed_suites[@]} -eq 0 ]] || echo "failed suites: ${failed_suites[*]}"
