@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -170,6 +171,8 @@ static void run(struct scenario *sc) {
   int left = dbt_dir_entries(sc->shm_dir, NULL);
   dbt_info("%s: %d file(s) left in the shm_dir after the kill", sc->name, left);
   dbt_rmtree(sc->shm_dir);
+  free(sc->shm_dir);
+  sc->shm_dir = NULL;
 }
 
 int main(void) {

@@ -351,5 +351,6 @@ int main(void) {
   char *shm_dir = dbt_tempdir("/dev/shm", "stress");
   dbt_run_all(NPROC, child, shm_dir, 600, shm_dir, NULL);
   dbt_rmtree(shm_dir);
+  free(shm_dir);
   return dbt_finish();
 }

@@ -29,6 +29,10 @@
 #   SHM_GLOB        files that must not be left behind       (/dev/shm/doorbell*)
 #   SHM_STRICT      1: at the end, any new SHM_GLOB file fails; 0: only files
 #                   named after this suite's jobs (machine shared with others) (1)
+#   MPICC_FLAGS     extra mpicc flags for the C programs, word-split ("";
+#                   scripts/asan.sh: -fsanitize=address)
+#   PRELOAD_FIRST   libraries put before libdoorbell.so in the LD_PRELOAD run
+#                   ("" ; scripts/asan.sh: the ASan runtime, which must come first)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,6 +41,8 @@ BTL=${BTL:-self,doorbell}
 NPS=${NPS:-2 4 8}
 MPIRUN_HOSTS=${MPIRUN_HOSTS:-}
 MPIRUN_EXTRA=${MPIRUN_EXTRA:-}
+MPICC_FLAGS=${MPICC_FLAGS:-}
+PRELOAD_FIRST=${PRELOAD_FIRST:-}
 if [[ -n $MPIRUN_HOSTS ]]; then REF_BTL=${REF_BTL:-self,vader,tcp}; else REF_BTL=${REF_BTL:-self,vader}; fi
 FORCE_TCP_PASS=${FORCE_TCP_PASS:-1}
 IDLE_CPU_LIMIT=${IDLE_CPU_LIMIT:-5}
@@ -214,7 +220,8 @@ fi
 for p in "${C_PROGRAMS[@]}"; do
     wanted "$p" || continue
     log=$LOGS/build_$p.log
-    if mpicc.openmpi -O2 -g -Wall -Wextra -Werror -pthread -o "$BIN/$p" "$HERE/$p.c" >"$log" 2>&1; then
+    # shellcheck disable=SC2086 # MPICC_FLAGS is a list of flags
+    if mpicc.openmpi -O2 -g -Wall -Wextra -Werror -pthread $MPICC_FLAGS -o "$BIN/$p" "$HERE/$p.c" >"$log" 2>&1; then
         pass "build $p"
     else
         fail "build $p" "mpicc.openmpi failed" "$log"
@@ -271,7 +278,7 @@ for variant in "${VARIANTS[@]}"; do
                         --mca btl_doorbell_wait_mode $mode "$BIN/$p" threads || true
                 done
                 run_mpi "$p np=$np $vt LD_PRELOAD" "$np" "$BTL" "$variant" "^$p: OK" \
-                    -x LD_PRELOAD="$ROOT/target/release/libdoorbell.so" --mca osc pt2pt "$BIN/$p" || true
+                    -x LD_PRELOAD="${PRELOAD_FIRST:+$PRELOAD_FIRST:}$ROOT/target/release/libdoorbell.so" --mca osc pt2pt "$BIN/$p" || true
             fi
             if [[ $p == idle_cpu ]]; then
                 IDLE_FIG["$np $variant"]=$(grep -Eo 'IDLE_CPU max=[0-9.]+%' "$RUN_LOG" | sed 's/IDLE_CPU //' || echo "max=?")

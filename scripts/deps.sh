@@ -6,4 +6,5 @@ apt-get update
 apt-get install -y --no-install-recommends \
     build-essential cmake pkg-config git binutils procps iproute2 util-linux \
     openmpi-bin libopenmpi-dev netpipe-openmpi python3-mpi4py python3-numpy python3-matplotlib \
-    clang libclang-dev
+    clang libclang-dev \
+    libasan8 # gcc 12's AddressSanitizer runtime, for scripts/asan.sh (a gcc dependency too)
