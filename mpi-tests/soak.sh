@@ -14,6 +14,8 @@
 #   SOAK_NP        ranks (4)
 #   SOAK_PATHS     "shm tcp"
 #   STOP_EVERY_MS  pause between stops, drawn from [x/2, 3x/2] ms (3000)
+#   MPICC_FLAGS    extra mpicc flags, word-split (scripts/asan.sh: -fsanitize=address)
+#   MPIRUN_EXTRA   extra mpirun arguments, word-split
 #   OUT            build and log directory (<repo>/target/mpi-tests-soak)
 set -uo pipefail
 
@@ -23,6 +25,8 @@ SOAK_SECONDS=${SOAK_SECONDS:-600}
 SOAK_NP=${SOAK_NP:-4}
 SOAK_PATHS=${SOAK_PATHS:-shm tcp}
 STOP_EVERY_MS=${STOP_EVERY_MS:-3000}
+MPICC_FLAGS=${MPICC_FLAGS:-}
+read -r -a EXTRA_ARGS <<<"${MPIRUN_EXTRA:-}"
 OUT=${OUT:-$ROOT/target/mpi-tests-soak}
 BIN=$OUT/bin
 LOGS=$OUT/logs
@@ -37,7 +41,8 @@ fail() {
     [[ -n ${3:-} && -f $3 ]] && grep -avE 'btl doorbell: rank|^ *Data for|^ *=+|Mapper|Node:|Process OMPI|^$' "$3" | tail -n 15 | sed 's/^/      | /'
 }
 
-if mpicc.openmpi -O2 -g -Wall -Wextra -Werror -o "$BIN/soak" "$HERE/soak.c" >"$LOGS/build_soak.log" 2>&1; then
+# shellcheck disable=SC2086 # MPICC_FLAGS is a list of flags
+if mpicc.openmpi -O2 -g -Wall -Wextra -Werror $MPICC_FLAGS -o "$BIN/soak" "$HERE/soak.c" >"$LOGS/build_soak.log" 2>&1; then
     pass "build soak" ""
 else
     fail "build soak" "mpicc.openmpi failed" "$LOGS/build_soak.log"
@@ -83,7 +88,7 @@ for path in $SOAK_PATHS; do
     t0=$SECONDS
     rc=0
     timeout -k 15 $((SOAK_SECONDS + 240)) mpirun.openmpi --allow-run-as-root --oversubscribe --display-map \
-        --mca pml ob1 --mca btl self,doorbell --mca btl_doorbell_verbose 1 "${args[@]}" \
+        --mca pml ob1 --mca btl self,doorbell --mca btl_doorbell_verbose 1 "${args[@]}" "${EXTRA_ARGS[@]}" \
         -np "$SOAK_NP" "$BIN/soak" "$SOAK_SECONDS" "$piddir" >"$log" 2>&1 </dev/null || rc=$?
     kill "$stopper_pid" 2>/dev/null
     wait "$stopper_pid" 2>/dev/null

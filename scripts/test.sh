@@ -10,6 +10,7 @@
 #   7. shm-full: a shared-memory directory too small for every ring
 #      (mpi-tests/shm_full.sh, private mount namespace)
 #   8. soak: 60 s per path of mixed, checked traffic with SIGSTOPped ranks
+#   9. asan: the C tests and the MPI tests under AddressSanitizer (scripts/asan.sh)
 # Prints each suite's figures and a last line "N passed, M failed".
 # The counts are doorbell's own results only: a suite that runs another BTL
 # for reference (mpi-tests idle CPU beside vader, netns beside self,vader,tcp)
@@ -69,6 +70,7 @@ suite mpi-tests mpi-tests/run.sh
 suite stall mpi-tests/stall.sh
 suite shm-full mpi-tests/shm_full.sh
 suite soak env SOAK_SECONDS="${SOAK_SECONDS:-60}" mpi-tests/soak.sh
+suite asan scripts/asan.sh
 suite two-node mpi-tests/netns/run.sh
 
 [[ ${#failed_suites[@]} -eq 0 ]] || echo "failed suites: ${failed_suites[*]}"
