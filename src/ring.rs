@@ -463,6 +463,10 @@ impl Producer {
     }
 }
 
+/// Address ranges [start, end), for the fuzz target's checks.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) type AddrRanges = Vec<(usize, usize)>;
+
 pub struct Consumer {
     seg: Segment,
     cap: u64,
@@ -503,7 +507,7 @@ impl Consumer {
         // Records start 16-aligned: a `head` that is not would make every
         // stamp and record read below misaligned, and past the data area.
         let head = h.head.load(Ordering::Acquire);
-        if head % REC != 0 {
+        if !head.is_multiple_of(REC) {
             return Err(Error::Shm);
         }
         let id = RingId { dir: dir.into(), job: job.into(), src, dst, window };
@@ -629,7 +633,7 @@ impl Consumer {
     /// For the fuzz target: (every mapping of this consumer, the parts of
     /// them a delivered message may lie in), as address ranges.
     #[cfg(any(test, feature = "fuzzing"))]
-    pub(crate) fn fuzz_ranges(&self) -> (Vec<(usize, usize)>, Vec<(usize, usize)>) {
+    pub(crate) fn fuzz_ranges(&self) -> (AddrRanges, AddrRanges) {
         let base = self.seg.base() as usize;
         let mut maps = vec![(base, base + self.seg.len())];
         let mut data = vec![(base + HEADER_BYTES, base + HEADER_BYTES + self.cap as usize)];
