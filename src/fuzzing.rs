@@ -20,6 +20,7 @@ use crate::frame::{self, FrameHeader, FRAME_HEADER, HELLO_BYTES};
 use crate::ring::{Consumer, Gather, Producer, HEADER_BYTES};
 use crate::shm::{bulk_name, ring_name, Owner, Segment};
 use crate::tcp::{Conn, RxEnd, RxEvent, NO_TASK};
+use nix::sys::epoll::{Epoll, EpollCreateFlags};
 use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -83,6 +84,12 @@ fn rx_reference(mut s: &[u8], max_message: u64) -> (Vec<Seen>, RxEnd) {
     (seen, RxEnd::Closed)
 }
 
+/// The epoll set a connection is told it lives in (reading never uses it).
+fn conn_set() -> Arc<Epoll> {
+    static SET: OnceLock<Arc<Epoll>> = OnceLock::new();
+    SET.get_or_init(|| Arc::new(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).expect("an epoll set"))).clone()
+}
+
 fn listener() -> &'static TcpListener {
     static L: OnceLock<TcpListener> = OnceLock::new();
     L.get_or_init(|| TcpListener::bind("127.0.0.1:0").expect("a loopback listener"))
@@ -117,7 +124,7 @@ pub fn tcp_rx(data: &[u8]) {
     let (rx, _) = l.accept().expect("accept");
     reset_on_close(&tx);
     reset_on_close(&rx);
-    let conn = Conn::new(rx, 0, NO_TASK, false, Arc::new(BufPool::default()), -1).expect("a connection");
+    let conn = Conn::new(rx, 0, NO_TASK, false, Arc::new(BufPool::default()), conn_set()).expect("a connection");
     let mut seen = vec![];
     let mut on = |ev: RxEvent| {
         seen.push(match ev {
