@@ -12,16 +12,20 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 SECONDS_EACH=${FUZZ_SECONDS:-600}
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(frame tcp_rx address ring)
+[[ ${#targets[@]} -gt 0 ]] || targets=(frame handshake tcp_rx address ring)
 command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz is missing: cargo install cargo-fuzz" >&2; exit 1; }
 nice -n 19 cargo +nightly fuzz build
 status=0
 for t in "${targets[@]}"; do
     mkdir -p "work/$t"
     log="work/$t.log"
+    # A stranger's bytes must never make the receive parser allocate more
+    # than they bring (issue 10 point 6): bodies grow as bytes arrive.
+    limits=()
+    [[ $t == tcp_rx || $t == handshake ]] && limits=(-malloc_limit_mb=64)
     echo "=== $t: ${SECONDS_EACH} s"
     if nice -n 19 cargo +nightly fuzz run "$t" "work/$t" "corpus/$t" -- \
-        -max_total_time="$SECONDS_EACH" -artifact_prefix="work/$t-" -print_final_stats=1 >"$log" 2>&1; then
+        -max_total_time="$SECONDS_EACH" -artifact_prefix="work/$t-" -print_final_stats=1 "${limits[@]}" >"$log" 2>&1; then
         echo "=== $t: $(grep -E '^Done [0-9]+ runs' "$log" | tail -n 1), corpus $(ls "work/$t" | wc -l) inputs, no crash"
     else
         status=1

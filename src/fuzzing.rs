@@ -4,10 +4,13 @@
 //! feature (and for the unit test that replays the committed corpora), so
 //! the library exposes nothing more in a normal build.
 //!
-//! - `frame`: the hello and the TCP frame header (frame.rs);
-//! - `tcp_rx`: a connection's receive parser (tcp.rs) over a real loopback
-//!   socket, the input cut into pieces, checked against a straight reading
-//!   of the same bytes;
+//! - `frame`: the TCP frame header (frame.rs);
+//! - `handshake`: the challenge and the hello (handshake.rs), and a
+//!   listener's pending connection (pending.rs) reading a stranger's bytes
+//!   over a real loopback socket, in pieces;
+//! - `tcp_rx`: an accepted connection's receive parser (tcp.rs) over a real
+//!   loopback socket, the input cut into pieces, checked against a straight
+//!   reading of the same bytes;
 //! - `address`: the address blob (address.rs);
 //! - `ring`: a ring consumer (ring.rs) that maps a segment whose header and
 //!   records are arbitrary, with a bulk segment (bulk.rs) whose header and
@@ -16,28 +19,27 @@
 use crate::address::{Address, ADDRESS_BYTES};
 use crate::buf_pool::BufPool;
 use crate::config::{Config, MAX_TASKS};
-use crate::frame::{self, FrameHeader, FRAME_HEADER, HELLO_BYTES};
+use crate::frame::{self, FrameHeader, FRAME_HEADER};
+use crate::handshake::{self, Nonce, Secret, Transcript, CHALLENGE_BYTES, HELLO_BYTES};
+use crate::pending::{Listener, PendingSet, Step};
 use crate::ring::{Consumer, Gather, Producer, HEADER_BYTES};
 use crate::shm::{bulk_name, ring_name, Owner, Segment};
-use crate::tcp::{Conn, RxEnd, RxEvent, NO_TASK};
+use crate::tcp::{Conn, RxBudget, RxEnd, RxEvent};
 use nix::sys::epoll::{Epoll, EpollCreateFlags};
 use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, OnceLock};
 
-/// The job hash the TCP targets' hellos must carry.
+/// What the handshake target's listener is: its job, task, secret, and the
+/// nonce of the challenge it sent.
 const JOB_HASH: u64 = 0x5eed_d00b_e11f_u64;
+const LISTENER: u32 = 1;
+const KEY: Secret = [0x5a; 16];
+const NONCE_L: Nonce = [0x11; 16];
 
-/// Hello and frame header: a decoded value encodes back to the same bytes.
+/// Frame header: a decoded value encodes back to the same bytes.
 pub fn frame(data: &[u8]) {
-    if let Some(h) = data.get(..HELLO_BYTES) {
-        let h: &[u8; HELLO_BYTES] = h.try_into().unwrap();
-        if let Some(task) = frame::parse_hello(h, JOB_HASH, MAX_TASKS) {
-            assert!(task < MAX_TASKS);
-            assert_eq!(&frame::hello(task, JOB_HASH), h, "an accepted hello is the one we would send");
-        }
-    }
     for max_message in [0, 1 << 20, u64::MAX] {
         for w in data.chunks_exact(FRAME_HEADER) {
             let w: &[u8; FRAME_HEADER] = w.try_into().unwrap();
@@ -52,7 +54,6 @@ pub fn frame(data: &[u8]) {
 /// What a connection reports, as a value to compare.
 #[derive(Debug, PartialEq, Eq)]
 enum Seen {
-    Hello(u32),
     Frame(u32, u8, Vec<u8>),
     Goodbye,
 }
@@ -60,12 +61,6 @@ enum Seen {
 /// The events and the end a straight reading of the whole stream gives.
 fn rx_reference(mut s: &[u8], max_message: u64) -> (Vec<Seen>, RxEnd) {
     let mut seen = vec![];
-    let Some(h) = s.get(..HELLO_BYTES) else { return (seen, RxEnd::Closed) };
-    match frame::parse_hello(h.try_into().unwrap(), JOB_HASH, MAX_TASKS) {
-        Some(task) => seen.push(Seen::Hello(task)),
-        None => return (seen, RxEnd::Stranger),
-    }
-    s = &s[HELLO_BYTES..];
     while let Some(h) = s.get(..FRAME_HEADER) {
         let Some(f) = FrameHeader::decode(h.try_into().unwrap(), max_message) else {
             return (seen, RxEnd::Garbage);
@@ -111,60 +106,112 @@ fn reset_on_close(s: &TcpStream) {
     }
 }
 
-/// Receive parser: `data[0]` picks the piece size (1..=256 bytes), the rest
-/// is the byte stream a stranger sends after connecting.  Each piece is
-/// written, then read as the FLIH would; at the end the sender shuts down.
-/// Whatever the cuts, the events and the end match `rx_reference`.
-pub fn tcp_rx(data: &[u8]) {
-    let Some((&cut, stream)) = data.split_first() else { return };
-    let piece = cut as usize + 1;
-    let max_message = Config::default().max_message;
+/// A loopback connection: (the sender's end, the receiver's end).
+fn loopback() -> (TcpStream, TcpStream) {
     let l = listener();
-    let mut tx = TcpStream::connect(l.local_addr().unwrap()).expect("connect to loopback");
+    let tx = TcpStream::connect(l.local_addr().unwrap()).expect("connect to loopback");
     let (rx, _) = l.accept().expect("accept");
     reset_on_close(&tx);
     reset_on_close(&rx);
-    let conn = Conn::new(rx, 0, NO_TASK, false, Arc::new(BufPool::default()), conn_set()).expect("a connection");
-    let mut seen = vec![];
-    let mut on = |ev: RxEvent| {
-        seen.push(match ev {
-            RxEvent::Hello(t) => Seen::Hello(t),
-            RxEvent::Frame { window, tag, data } => {
-                assert!(data.len() as u64 <= max_message);
-                Seen::Frame(window, tag, data)
-            }
-            RxEvent::Goodbye => Seen::Goodbye,
-        })
-    };
-    let mut end = RxEnd::Drained;
+    (tx, rx)
+}
+
+/// Write `stream` in pieces of `piece` bytes, calling `read` after each
+/// until it says stop; then shut the sender down and call `read` until it
+/// says stop (the FIN is on its way through loopback).
+fn feed(mut tx: TcpStream, stream: &[u8], piece: usize, read: &mut dyn FnMut(bool) -> bool) {
     for p in stream.chunks(piece) {
         // A connection the reader gave up on may be reset: stop writing.
-        if tx.write_all(p).is_err() {
-            break;
-        }
-        end = conn.read_ready(false, JOB_HASH, MAX_TASKS, max_message, &mut on);
-        if end != RxEnd::Drained {
-            break;
+        if tx.write_all(p).is_err() || !read(false) {
+            return;
         }
     }
-    if end == RxEnd::Drained {
-        let _ = tx.shutdown(Shutdown::Write);
-        // The FIN is on its way through loopback: read until it arrives.
-        for _ in 0..1_000_000 {
-            end = conn.read_ready(true, JOB_HASH, MAX_TASKS, max_message, &mut on);
-            if end != RxEnd::Drained {
-                break;
+    let _ = tx.shutdown(Shutdown::Write);
+    for _ in 0..1_000_000 {
+        if !read(true) {
+            return;
+        }
+        std::thread::yield_now();
+    }
+    panic!("the reader never saw the end of the stream");
+}
+
+/// Handshake: the challenge and hello decoders, then `data[0]` picks a
+/// piece size (1..=256 bytes) and the rest is what a connector sends a
+/// listener's pending connection.  It is greeted exactly when the first
+/// HELLO_BYTES are a hello only the holder of the listener's secret could
+/// have made for its challenge; anything else is a stranger, and every
+/// connection ends one way or the other.
+pub fn handshake(data: &[u8]) {
+    if let Some(c) = data.get(..CHALLENGE_BYTES) {
+        let c: &[u8; CHALLENGE_BYTES] = c.try_into().unwrap();
+        if let Some((task, nonce)) = handshake::parse_challenge(c) {
+            assert_eq!(&handshake::challenge(task, &nonce), c, "an accepted challenge is the one we would send");
+        }
+    }
+    let Some((&cut, stream)) = data.split_first() else { return };
+    let verified = stream.get(..HELLO_BYTES).and_then(|h| {
+        let h: &[u8; HELLO_BYTES] = h.try_into().unwrap();
+        handshake::verify_hello(h, &KEY, JOB_HASH, LISTENER, &NONCE_L, MAX_TASKS).inspect(|t| {
+            assert!(t.connector < MAX_TASKS);
+            assert_eq!(&t.hello(&KEY), h, "an accepted hello is the one the connector would send");
+        })
+    });
+    let (tx, rx) = loopback();
+    rx.set_nonblocking(true).unwrap();
+    let mut set = PendingSet::default();
+    set.insert(7, rx, NONCE_L, 0);
+    let me = Listener { secret: &KEY, job_hash: JOB_HASH, task: LISTENER, max_tasks: MAX_TASKS };
+    let mut outcome: Option<Option<Transcript>> = None;
+    feed(tx, stream, cut as usize + 1, &mut |_| {
+        match set.readable(7, &me) {
+            Step::More => return true,
+            Step::Greeted(_, t) => outcome = Some(Some(t)),
+            Step::Stranger(_) => outcome = Some(None),
+        }
+        false
+    });
+    let outcome = outcome.expect("the connection ended greeted or a stranger");
+    assert_eq!(set.len(), 0, "nothing stays pending");
+    match (&outcome, &verified) {
+        (Some(t), Some(v)) => assert_eq!((t.connector, t.nonce_c), (v.connector, v.nonce_c)),
+        (None, None) => {}
+        _ => panic!("greeted: {}, a valid hello: {}", outcome.is_some(), verified.is_some()),
+    }
+}
+
+/// Receive parser: `data[0]` picks the piece size (1..=256 bytes), the rest
+/// is the byte stream a connected peer sends after the handshake.  Each
+/// piece is written, then read as the FLIH would; at the end the sender
+/// shuts down.  Whatever the cuts, the frames and the end match
+/// `rx_reference`.
+pub fn tcp_rx(data: &[u8]) {
+    let Some((&cut, stream)) = data.split_first() else { return };
+    let max_message = Config::default().max_message;
+    let budget = RxBudget::new(Config::default().max_backlog);
+    let (tx, rx) = loopback();
+    let conn = Conn::new(rx, 0, 1, Arc::new(BufPool::default()), conn_set()).expect("a connection");
+    let mut seen = vec![];
+    let mut end = RxEnd::Drained;
+    feed(tx, stream, cut as usize + 1, &mut |to_eof| {
+        end = conn.read_ready(to_eof, max_message, &budget, &mut |ev| match ev {
+            RxEvent::Frame { window, tag, data } => {
+                assert!(data.len() as u64 <= max_message);
+                seen.push(Seen::Frame(window, tag, data))
             }
-            std::thread::yield_now();
-        }
-    }
+            RxEvent::Goodbye => seen.push(Seen::Goodbye),
+            RxEvent::Released => {}
+        });
+        assert_ne!(end, RxEnd::Throttled, "one connection's body is always admitted");
+        end == RxEnd::Drained
+    });
     let (want, want_end) = rx_reference(stream, max_message);
     assert_eq!(end, want_end, "how the connection ended");
     assert_eq!(seen, want, "what the connection delivered");
 }
 
 /// Address blob: a decoded address encodes back to the blob, up to the
-/// bytes decode ignores (flags and pad).
+/// bytes decode ignores (flags and pad); the secret comes through whole.
 pub fn address(data: &[u8]) {
     if let Ok(a) = Address::decode(data) {
         assert_eq!(data.len(), ADDRESS_BYTES);
@@ -268,37 +315,44 @@ pub fn ring_seed(messages: &[&[u8]]) -> Vec<u8> {
 pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let msg = |len: u64, window: u32, tag: u8| FrameHeader { len, window, tag, kind: frame::KIND_MESSAGE }.encode();
     let bye = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_GOODBYE }.encode();
-    let hello = frame::hello(3, JOB_HASH);
-    let mut talk = hello.to_vec();
-    talk.extend_from_slice(&msg(5, 1, 65));
+    let mut talk = msg(5, 1, 65).to_vec();
     talk.extend_from_slice(b"hello");
     talk.extend_from_slice(&msg(0, 15, 0));
     talk.extend_from_slice(&msg(300, 0, 9));
     talk.extend((0..300u32).map(|i| i as u8));
     talk.extend_from_slice(&bye);
     let cut = |c: u8, s: &[u8]| [&[c][..], s].concat();
-    let mut stranger = frame::hello(3, JOB_HASH ^ 1).to_vec();
-    stranger.extend_from_slice(&msg(5, 1, 65));
-    let mut garbage = hello.to_vec();
+    let mut garbage = msg(5, 1, 65).to_vec();
+    garbage.extend_from_slice(b"hello");
     garbage.extend_from_slice(&msg(5, 16, 65));
+    let t = Transcript { job_hash: JOB_HASH, listener: LISTENER, connector: 3, nonce_l: NONCE_L, nonce_c: [7; 16] };
+    let hello = t.hello(&KEY);
+    let wrong_key = t.hello(&[0x5b; 16]);
     let a = Address {
         task: 7,
         pid: 4242,
         node_id: 0x1234_5678,
         job_hash: JOB_HASH,
         tcp: std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 40000),
+        secret: KEY,
     };
     let small: Vec<u8> = (0..100u8).collect();
     let bulk2: Vec<u8> = (0..2500u32).map(|i| (i % 251) as u8).collect();
     let bulk: Vec<u8> = (0..3000u32).map(|i| (i % 241) as u8).collect();
     vec![
-        ("frame", "hello-message-goodbye", [&hello[..], &msg(5, 1, 65), &bye].concat()),
+        ("frame", "message-goodbye", [&msg(5, 1, 65)[..], &bye].concat()),
         ("frame", "oversize-and-bad-window", [&msg(1 << 40, 0, 0)[..], &msg(1, 16, 0)].concat()),
+        ("handshake", "challenge-then-hello", [&handshake::challenge(LISTENER, &NONCE_L)[..], &hello].concat()),
+        ("handshake", "hello-whole", cut(255, &hello)),
+        ("handshake", "hello-bytewise", cut(0, &hello)),
+        ("handshake", "hello-then-frames", cut(9, &[&hello[..], &talk].concat())),
+        ("handshake", "wrong-key", cut(255, &wrong_key)),
+        ("handshake", "old-protocol", cut(255, b"DOORBELL\x01\0\0\0\x03\0\0\0\x1f\xe1\x0b\xd0\xed\x5e\0\0")),
         ("tcp_rx", "talk-whole", cut(255, &talk)),
         ("tcp_rx", "talk-bytewise", cut(0, &talk)),
         ("tcp_rx", "talk-in-7s", cut(6, &talk)),
-        ("tcp_rx", "stranger", cut(255, &stranger)),
         ("tcp_rx", "bad-window", cut(10, &garbage)),
+        ("tcp_rx", "large-frame", cut(255, &[&msg(3 << 20, 2, 1)[..], &[0xab; 4000]].concat())),
         ("address", "valid", a.encode().to_vec()),
         ("ring", "empty", ring_seed(&[])),
         ("ring", "small-and-two-bulk", ring_seed(&[&small, &bulk2, &bulk])),
@@ -325,7 +379,7 @@ mod tests {
 
     #[test]
     fn committed_fuzz_corpora_replay_clean() {
-        let n = replay("frame", frame) + replay("tcp_rx", tcp_rx) + replay("address", address) + replay("ring", |d| {
+        let n = replay("frame", frame) + replay("handshake", handshake) + replay("tcp_rx", tcp_rx) + replay("address", address) + replay("ring", |d| {
             ring(d);
         });
         println!("replayed {n} corpus files");
