@@ -158,6 +158,13 @@
 #define DOORBELL_WOKE_TIMEOUT 4
 
 /*
+ A peer task closed its endpoint in order (`wake.task`); everything it
+ sent to this window was delivered before.  Reported once per peer and
+ window, with return value 0.  A death is DOORBELL_WOKE_PEER_LOST.
+ */
+#define DOORBELL_WOKE_PEER_CLOSED 5
+
+/*
  Longest address blob doorbell_address() produces.
  */
 #define DOORBELL_ADDRESS_MAX 64
@@ -256,6 +263,15 @@ typedef struct doorbell_config {
    is always let in when none is in progress).
    */
   uint64_t max_backlog;
+  /*
+   How many other tasks on this node will connect to this one (MPI:
+   the local peers), or -1 (the default): unknown.  Known, this task's
+   control file loses its name as soon as that many have mapped it, so
+   nothing stays behind even if every task is killed; a task that
+   connects later still reaches it (through /proc/<pid>/fd, same user).
+   Unknown, the name stays until destroy.  Other values: INVALID_ARGUMENT.
+   */
+  int32_t local_peers;
 } doorbell_config;
 
 /*
@@ -282,7 +298,7 @@ typedef struct doorbell_wake {
    */
   uint32_t reason;
   /*
-   With PEER_LOST: the lost task.
+   With PEER_LOST: the lost task; with PEER_CLOSED: the closed one.
    */
   uint32_t task;
 } doorbell_wake;
@@ -411,7 +427,8 @@ int doorbell_window_open(struct doorbell_endpoint *ep, uint32_t *window_out);
  the bytes a ring needs).  NO_SHM_SPACE only if that task cannot be
  reached over TCP either: it was never connected (it only sent to us
  through its ring).
- Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST,
+ Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST
+ (the task died, or closed its endpoint: nobody would read it),
  NO_SHM_SPACE, SHM, SHM_REFUSED (the peer's control segment or our ring's
  name is a symlink or a foreign file), NETWORK.
  */
@@ -437,11 +454,11 @@ int doorbell_progress(struct doorbell_endpoint *ep, uint32_t window, doorbell_re
  Like progress, but if nothing is there wait (mode DOORBELL_WAIT_*) for a
  message, a notify, a lost peer or `timeout_us` (< 0: no limit), then
  deliver.  While it sleeps, freed ring space wakes it to push this task's
- queued sends.  Returns messages delivered (0 with wake->reason NOTIFY or
- TIMEOUT), or PEER_LOST (wake->reason PEER_LOST, wake->task the lost
- task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`), or
- FLIH_FAILED (the endpoint's event thread failed: a sleeper is woken with
- it at once).
+ queued sends.  Returns messages delivered (0 with wake->reason NOTIFY,
+ TIMEOUT or PEER_CLOSED), or PEER_LOST (wake->reason PEER_LOST, wake->task
+ the lost task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`),
+ or FLIH_FAILED (the endpoint's event thread failed: a sleeper is woken
+ with it at once).
  */
 int doorbell_wait(struct doorbell_endpoint *ep, uint32_t window, uint32_t mode, int64_t timeout_us, doorbell_recv_fn cb, void *ctx, struct doorbell_wake *wake);
 

@@ -25,6 +25,8 @@
 #   TESTS           names to run, default all: pingpong anysource probe
 #                   alltoall_nb ssend_vector collectives threads idle_cpu idle_point
 #                   rust netpipe mpi4py stranger (doorbell, single node only)
+#                   kill_ranks (doorbell on one node only: it judges that
+#                   node's shm directory)
 #   OUT             build and log directory                  (<repo>/target/mpi-tests)
 #   SHM_GLOB        files that must not be left behind       (/dev/shm/doorbell*)
 #   SHM_STRICT      1: at the end, any new SHM_GLOB file fails; 0: only files
@@ -50,7 +52,7 @@ PINGPONG_MAX=${PINGPONG_MAX:-67108864}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 SHM_GLOB=${SHM_GLOB:-/dev/shm/doorbell*}
 SHM_STRICT=${SHM_STRICT:-1}
-TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point rust netpipe mpi4py stranger}
+TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point rust netpipe mpi4py stranger kill_ranks}
 OUT=${OUT:-$ROOT/target/mpi-tests}
 BIN=$OUT/bin
 LOGS=$OUT/logs
@@ -217,7 +219,11 @@ if is_doorbell "$BTL"; then
 fi
 
 # ---- build ----
-for p in "${C_PROGRAMS[@]}"; do
+BUILD=("${C_PROGRAMS[@]}")
+KILL_RANKS=0
+if wanted kill_ranks && is_doorbell "$BTL" && [[ -z $MPIRUN_HOSTS ]]; then KILL_RANKS=1; fi
+if [[ $KILL_RANKS == 1 ]]; then BUILD+=(kill_ranks); fi
+for p in "${BUILD[@]}"; do
     wanted "$p" || continue
     log=$LOGS/build_$p.log
     # shellcheck disable=SC2086 # MPICC_FLAGS is a list of flags
@@ -404,6 +410,44 @@ if wanted stranger && is_doorbell "$BTL" && [[ -z $MPIRUN_HOSTS && -x $BIN/stran
     else
         fail "stranger attack: the stranger reached both ranks' ports" "attacker exit $arc" "$alog"
     fi
+fi
+
+# ---- killed ranks leave no file behind (doorbell, one node) ----
+# 4 ranks exchange data, then rank 1 (or every rank) SIGKILLs itself; mpirun
+# ends the job.  The job's shm directory is a private one (DOORBELL_SHM_DIR),
+# so "no file" is judged exactly: every segment lost its name once its peers
+# had mapped it, so nothing is left even by ranks that never ran a cleanup.
+if [[ $KILL_RANKS == 1 ]]; then
+    for variant in "${VARIANTS[@]}"; do
+        vt=$(tag_of "$BTL" "$variant")
+        read -r -a vargs <<<"$(variant_args "$variant")"
+        for who in one all; do
+            label="kill_ranks $who np=4 $vt"
+            if [[ ! -x $BIN/kill_ranks ]]; then
+                fail "$label" "not built"
+                continue
+            fi
+            dir=$(mktemp -d /dev/shm/mpi-tests-kill-XXXXXX)
+            log=$LOGS/kill_ranks_${who}${variant:+_$variant}.log
+            t0=$SECONDS
+            rc=0
+            timeout -k 15 "$RUN_TIMEOUT" mpirun.openmpi --allow-run-as-root --oversubscribe \
+                --mca pml ob1 --mca btl "$BTL" -np 4 "${HOST_ARGS[@]}" "${vargs[@]}" "${EXTRA_ARGS[@]}" \
+                -x DOORBELL_SHM_DIR="$dir" "$BIN/kill_ranks" "$who" >"$log" 2>&1 </dev/null || rc=$?
+            took="($((SECONDS - t0))s)"
+            left=$(ls -A "$dir")
+            if [[ $rc == 0 || $rc == 124 || $rc == 137 && $((SECONDS - t0)) -ge $RUN_TIMEOUT ]]; then
+                fail "$label" "exit $rc: the job should end, killed, well inside the timeout $took" "$log"
+            elif ! grep -q '^kill_ranks: exchanged (0 failed checks)' "$log"; then
+                fail "$label" "the ranks did not exchange their data first $took" "$log"
+            elif [[ -n $left ]]; then
+                fail "$label" "left in $dir: $(echo "$left" | tr '\n' ' ') $took" "$log"
+            else
+                pass "$label" "(exit $rc, shm dir empty) $took"
+            fi
+            rm -rf "$dir"
+        done
+    done
 fi
 
 # ---- nothing of ours may stay in /dev/shm ----

@@ -666,6 +666,11 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
      * module's pending list, as vader's does -- no second copy of a stream
      * that is already behind (two-way 1-4 MiB windows: 0.45x -> 0.9x vader). */
     cfg.max_backlog = 1;
+    /* Every local peer maps this rank's control segment when add_procs
+     * connects it (Open MPI adds local peers at MPI_Init); the last one
+     * removes its name, so a rank killed later leaves no file behind.  Over
+     * TCP nobody maps it: the name goes at once. */
+    cfg.local_peers = c->force_tcp ? 0 : (int32_t) opal_process_info.num_local_peers;
     if (c->port_min > 0) {
         int range = c->port_range > 0 ? c->port_range : 65536 - c->port_min;
         int max = c->port_min + range - 1;

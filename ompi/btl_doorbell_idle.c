@@ -320,6 +320,9 @@ static void sleep_once(mca_btl_doorbell_module_t *m)
     } else if (DOORBELL_WOKE_PEER_LOST == wake.reason) {
         mca_btl_doorbell_peer_lost(m, wake.task);
         m->idle_since_ns = 0;
+    } else if (DOORBELL_WOKE_PEER_CLOSED == wake.reason) {
+        /* a peer finalized in order (everything it sent came before):
+         * nothing to do, and no reason to back off */
     } else if (DOORBELL_WOKE_TIMEOUT == wake.reason) {
         /* nothing at all happened: back off; the run goes on */
         m->sleep_timeouts++;

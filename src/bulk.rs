@@ -21,7 +21,7 @@
 //! A slot still FULL when its sender closes keeps its file (the sender
 //! does not unlink it): like data in a ring the receiver has mapped, the
 //! message outlives the sender.  The receiver unlinks the file when it
-//! maps it, or at its own close (`shm::unlink_bulk_to`), and the files of a
+//! maps it, or at its own close (`shm::unlink_inbound_to`), and the files of a
 //! dead receiver are reaped with its rings.
 //!
 //! A segment's slot size is fixed; a larger message makes a new segment
@@ -135,6 +135,8 @@ pub struct BulkProducer {
     pub generation: u32,
     slot_bytes: u64,
     next: usize,
+    /// The receiver is gone: an unread message keeps no file (see Drop).
+    receiver_gone: bool,
 }
 
 impl BulkProducer {
@@ -158,7 +160,7 @@ impl BulkProducer {
             (*h).generation = generation;
         }
         header(&seg).version.store(BULK_VERSION, Ordering::Release);
-        Ok(BulkProducer { seg, generation, slot_bytes, next: 0 })
+        Ok(BulkProducer { seg, generation, slot_bytes, next: 0, receiver_gone: false })
     }
 
     pub fn holds(&self, len: u64) -> bool {
@@ -182,6 +184,11 @@ impl BulkProducer {
         BulkRef { generation: self.generation, slot: slot as u32, len }
     }
 
+    /// The receiver closed or died: nobody will read what is left.
+    pub fn receiver_gone(&mut self) {
+        self.receiver_gone = true;
+    }
+
     /// Every slot is free: the receiver is done with this generation.
     pub fn idle(&self) -> bool {
         let h = header(&self.seg);
@@ -191,7 +198,7 @@ impl BulkProducer {
 
 impl Drop for BulkProducer {
     fn drop(&mut self) {
-        if !self.idle() {
+        if !self.receiver_gone && !self.idle() {
             // A message the receiver has not taken yet: leave it the file.
             self.seg.set_unlink_on_drop(false);
         }

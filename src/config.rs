@@ -45,6 +45,10 @@ pub struct Config {
     pub port_max: u16,
     pub max_message: u64,
     pub max_backlog: u64,
+    /// How many same-node peers will map this task's control segment
+    /// (None: unknown).  Known, the segment's name goes once they all have
+    /// (control.rs), so a task killed afterwards leaves no file behind.
+    pub local_peers: Option<u32>,
 }
 
 impl Default for Config {
@@ -65,6 +69,7 @@ impl Default for Config {
             port_max: 0,
             max_message: 1 << 30,
             max_backlog: 256 << 20,
+            local_peers: None,
         }
     }
 }
@@ -94,6 +99,7 @@ impl Config {
             || self.max_message > u32::MAX as u64
             || self.bulk_max > 1 << 30
             || self.shm_dir.is_empty()
+            || self.local_peers.is_some_and(|n| n >= MAX_TASKS)
         {
             return Err(Error::InvalidArgument);
         }

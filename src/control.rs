@@ -12,8 +12,11 @@ use crate::shm::{control_name, Owner, Segment, ShmSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DBCTRL\0\0");
-/// 2: WindowSlot::notified.
-pub const CONTROL_VERSION: u32 = 2;
+/// 2: WindowSlot::notified.  3: unlink_after, mapped_by.
+pub const CONTROL_VERSION: u32 = 3;
+/// `unlink_after` of an owner that does not know its peers: the name stays
+/// until it closes.
+const UNLINK_AT_CLOSE: u32 = u32::MAX;
 
 #[repr(C)]
 pub struct ControlHeader {
@@ -26,7 +29,12 @@ pub struct ControlHeader {
     pub windows_open: AtomicU32,
     /// Set to 1 by the owner on a clean close: its exit is not a loss.
     pub closed: AtomicU32,
-    _pad: [u8; 36],
+    /// How many peers will map this segment (UNLINK_AT_CLOSE: unknown).
+    pub unlink_after: u32,
+    /// Peers that mapped it so far; the one that brings it to
+    /// `unlink_after` removes the name.
+    pub mapped_by: AtomicU32,
+    _pad: [u8; 28],
 }
 
 /// One receive window.
@@ -53,6 +61,8 @@ unsafe impl ShmSafe for ControlHeader {}
 unsafe impl ShmSafe for WindowSlot {}
 
 const _: () = assert!(std::mem::size_of::<ControlHeader>() == 64);
+const _: () = assert!(std::mem::offset_of!(ControlHeader, owner_pid) == 12, "shm::reap_dead_tasks reads it there");
+const _: () = assert!(std::mem::offset_of!(ControlHeader, mapped_by) == 32);
 const _: () = assert!(std::mem::size_of::<WindowSlot>() == 64 + 2048);
 const _: () = assert!(std::mem::align_of::<WindowSlot>() == 8);
 
@@ -64,10 +74,17 @@ pub struct Control {
     seg: Segment,
 }
 
+/// The control segment's name lives only until every peer that needs it
+/// has mapped it: a task killed later leaves nothing behind.  The owner is
+/// told how many same-node peers will map it (`peers`; None: unknown, the
+/// name stays until close).  Each peer that maps it counts itself in
+/// `mapped_by`; the last one removes the name, and with 0 peers the owner
+/// removes it at once.  A peer that comes later still finds the segment
+/// through the owner's descriptor (`open_held_by`).
 impl Control {
-    pub fn create(dir: &str, job: &str, task: u32) -> Result<Control> {
+    pub fn create(dir: &str, job: &str, task: u32, peers: Option<u32>) -> Result<Control> {
         let seg = Segment::create(dir, &control_name(job, task), CONTROL_BYTES, Owner::Locked)?;
-        let c = Control { seg };
+        let mut c = Control { seg };
         // SAFETY: the segment is CONTROL_BYTES long and page aligned; we
         // created it, no reference into it exists yet, and nobody validates
         // it before `version` is published below, so these plain writes
@@ -77,17 +94,28 @@ impl Control {
             (*p).magic = CONTROL_MAGIC;
             (*p).owner_pid = std::process::id();
             (*p).owner_task = task;
+            (*p).unlink_after = peers.map_or(UNLINK_AT_CLOSE, |n| n.min(UNLINK_AT_CLOSE - 1));
         }
         let h = c.header();
         h.windows_open.store(1, Ordering::Relaxed);
         // SYNC POINT B: publishes the header fields above (Acquire in `open`).
         h.version.store(CONTROL_VERSION, Ordering::Release);
+        if peers == Some(0) {
+            c.seg.unlink();
+        }
         Ok(c)
     }
 
-    pub fn open(dir: &str, job: &str, task: u32) -> Result<Control> {
-        let seg = Segment::open(dir, &control_name(job, task), CONTROL_BYTES)?;
-        let c = Control { seg };
+    /// Map `task`'s control segment for task `me`: by name, or through the
+    /// descriptor its owner (process `pid`, if known) holds once the name
+    /// is gone.
+    pub fn open(dir: &str, job: &str, task: u32, me: u32, pid: Option<u32>) -> Result<Control> {
+        let name = control_name(job, task);
+        let seg = match (Segment::open(dir, &name, CONTROL_BYTES), pid) {
+            (Err(Error::Shm), Some(pid)) => Segment::open_held_by(pid, dir, &name, CONTROL_BYTES)?,
+            (r, _) => r?,
+        };
+        let mut c = Control { seg };
         let h = c.header();
         // SYNC POINT B (reader side).
         if h.version.load(Ordering::Acquire) != CONTROL_VERSION
@@ -95,6 +123,10 @@ impl Control {
             || h.owner_task != task
         {
             return Err(Error::Shm);
+        }
+        // The owner mapping its own segment (a send to itself) is no peer.
+        if me != task && h.mapped_by.fetch_add(1, Ordering::AcqRel).wrapping_add(1) == h.unlink_after {
+            c.seg.unlink();
         }
         Ok(c)
     }

@@ -9,7 +9,7 @@ use crate::control::Control;
 use crate::counters::{bump, Counters, GuardedCount};
 use crate::error::{Error, Result};
 use crate::frame::{self, FrameHeader};
-use crate::ring::{Consumer, Gather, Producer};
+use crate::ring::{ClosedFlag, Consumer, Gather, Producer};
 use crate::sys;
 use crate::task_table::TaskTable;
 use crate::try_lock::TryLock;
@@ -62,6 +62,9 @@ pub enum Woke {
     Timeout,
     /// A peer task exited or was killed without closing.
     PeerLost(u32),
+    /// A peer task closed its endpoint in order (after everything it sent
+    /// to this window was delivered): reported once, like a loss.
+    PeerClosed(u32),
 }
 
 /// "Is a stream still moving?" for the spin-while-it-moves loops: gives up
@@ -163,17 +166,28 @@ pub(crate) struct Peer {
     pub local: bool,
     /// The peer's control segment (local peers): its bells and windows.
     control: OnceLock<Control>,
+    /// Held while mapping `control`: each peer counts once in the
+    /// segment's `mapped_by` (control.rs), so it is mapped once.
+    control_opening: Mutex<()>,
     tx: Mutex<PeerTx>,
     /// The connection we send on (remote peers).
     conn: Mutex<Option<Arc<Conn>>>,
     pub lost: AtomicBool,
     /// The peer said goodbye: its exit is not a loss.
     gone: AtomicBool,
+    /// Its exit (or loss) was handled: reported once.
+    ended: AtomicBool,
     watched: AtomicBool,
     pidfd: Mutex<Option<OwnedFd>>,
     /// Bit w: no ring to window w could be made (shm directory full), so
     /// sends to it go over TCP, for good (shm_full.rs).  Set under `tx`.
     tcp_windows: AtomicU32,
+    /// Its process id, once known (0 before): finds its control segment
+    /// after the name is gone (control.rs).
+    pid: AtomicU32,
+    /// The closed flags of the rings it sends us on: a receive-only peer's
+    /// orderly close shows there (ring.rs `Producer::close`).
+    inbound: Mutex<Vec<ClosedFlag>>,
     /// Written under `tx` only (counters.rs).
     shm_sent: GuardedCount,
     notifies_skipped: GuardedCount,
@@ -196,8 +210,9 @@ struct WindowLocal {
     rx: TryLock<WindowRx>,
     inbox: Mutex<VecDeque<Inbound>>,
     inbox_ready: AtomicBool,
-    lost: Mutex<VecDeque<u32>>,
-    lost_ready: AtomicBool,
+    /// Peers that ended, as Woke::PeerLost or Woke::PeerClosed.
+    peer_events: Mutex<VecDeque<Woke>>,
+    peer_events_ready: AtomicBool,
     /// Written under `rx` only (counters.rs).
     shm_received: GuardedCount,
 }
@@ -258,15 +273,15 @@ pub struct Endpoint {
 struct Delivered {
     shm: usize,
     tcp: usize,
-    lost: Option<u32>,
+    peer_event: Option<Woke>,
     notified: bool,
 }
 
 impl Delivered {
     /// What the caller must hear now, if anything.
     fn outcome(&self) -> Option<Woke> {
-        match (self.shm + self.tcp, self.lost) {
-            (0, Some(t)) => Some(Woke::PeerLost(t)),
+        match (self.shm + self.tcp, self.peer_event) {
+            (0, Some(e)) => Some(e),
             (0, None) => self.notified.then_some(Woke::Notify),
             (n, _) => Some(Woke::Message(n)),
         }
@@ -281,7 +296,7 @@ impl Endpoint {
         listener.set_nonblocking(true).map_err(|_| Error::Network)?;
         let port = listener.local_addr().map_err(|_| Error::Network)?.port();
         crate::shm::reap_dead_tasks(&cfg.shm_dir);
-        let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task)?;
+        let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers)?;
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?;
         let eventfd = || EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(|_| Error::Internal);
         let readable = |token| EpollEvent::new(EpollFlags::EPOLLIN, token);
@@ -415,9 +430,11 @@ impl Drop for Endpoint {
         if let Some(h) = self.flih.take() {
             let _ = h.join();
         }
-        // Dropping Inner unlinks our control segment and our ring files
-        // (bulk files with a message still unread stay for their reader).
-        crate::shm::unlink_bulk_to(&self.inner.cfg.shm_dir, &self.inner.cfg.job, self.inner.cfg.task);
+        // Dropping Inner unlinks our control segment, if its name is still
+        // there, and the rings and bulk files our receivers have mapped
+        // (unread ones stay for their reader: say_goodbye).  What senders
+        // left for us we will never read.
+        crate::shm::unlink_inbound_to(&self.inner.cfg.shm_dir, &self.inner.cfg.job, self.inner.cfg.task);
     }
 }
 
@@ -455,13 +472,17 @@ impl Inner {
             addr: addr.map(OnceLock::from).unwrap_or_default(),
             local,
             control: OnceLock::new(),
+            control_opening: Mutex::new(()),
             tx: Mutex::new(PeerTx { rings: (0..MAX_WINDOWS).map(|_| None).collect(), ..Default::default() }),
             conn: Mutex::new(None),
             lost: AtomicBool::new(false),
             gone: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             pidfd: Mutex::new(None),
             tcp_windows: AtomicU32::new(0),
+            pid: AtomicU32::new(0),
+            inbound: Mutex::new(Vec::new()),
             shm_sent: GuardedCount::default(),
             notifies_skipped: GuardedCount::default(),
         })
@@ -486,6 +507,13 @@ impl Inner {
         if a.node_id == self.cfg.node_id && a.task != self.cfg.task {
             self.watch_pid(p, a.pid);
         }
+        if p.local && a.task != self.cfg.task {
+            // Map its control segment now, not at the first send: its
+            // owner removes the name once its peers have (control.rs), and
+            // its closed flag tells an orderly exit from a death even if we
+            // never send to it.  A failure is reported by the first send.
+            let _ = self.peer_control(p);
+        }
         Ok(a.task)
     }
 
@@ -494,6 +522,7 @@ impl Inner {
         if p.watched.swap(true, Ordering::AcqRel) {
             return;
         }
+        p.pid.store(pid, Ordering::Release);
         match sys::pidfd_open(pid) {
             Ok(fd) => self.watch_pidfd(p.task, fd),
             // Already gone before we could watch it.
@@ -545,8 +574,14 @@ impl Inner {
         if let Some(c) = p.control.get() {
             return Ok(c);
         }
-        let c = Control::open(&self.cfg.shm_dir, &self.cfg.job, p.task).map_err(|e| {
-            if p.lost.load(Ordering::Acquire) {
+        let _opening = lock(&p.control_opening);
+        if let Some(c) = p.control.get() {
+            return Ok(c);
+        }
+        let pid = Some(p.pid.load(Ordering::Acquire)).filter(|&pid| pid != 0);
+        let c = Control::open(&self.cfg.shm_dir, &self.cfg.job, p.task, self.cfg.task, pid).map_err(|e| {
+            // Gone, in order or not: its segment went with it.
+            if p.ended.load(Ordering::Acquire) {
                 Error::PeerLost
             } else if e == Error::ShmRefused {
                 e
@@ -602,8 +637,14 @@ impl Inner {
 
     fn send_local(&self, p: &Peer, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
         let ctl = self.peer_control(p)?;
+        let h = ctl.header();
         if window >= ctl.windows_open() {
             return Err(Error::UnknownWindow);
+        }
+        // A receiver that closed reads nothing more: say so rather than
+        // queue a message nobody takes.  (Same cache line as windows_open.)
+        if h.closed.load(Ordering::Acquire) != 0 {
+            return Err(Error::PeerLost);
         }
         let g = Gather::new(parts);
         let mut tx = lock(&p.tx);
@@ -1053,31 +1094,61 @@ impl Inner {
         let _ = conn.stream.shutdown(std::net::Shutdown::Both);
     }
 
-    /// A peer's process ended or its connection closed.  A goodbye (TCP) or
-    /// the closed flag (shared memory) makes it an orderly exit; otherwise
-    /// every window gets a peer-lost event and is woken.
+    /// A peer's process ended or its connection closed.  A goodbye (TCP),
+    /// or the closed flag of its control segment or of a ring it sends us
+    /// on (shared memory), makes it an orderly exit: every window gets a
+    /// peer-closed event, and the files it left for its receivers stay for
+    /// them.  Otherwise every window gets a peer-lost event, and we remove
+    /// what the dead task cannot.  Either is reported once.
     pub(crate) fn peer_exited(&self, task: u32) {
         let Ok(p) = self.peer(task) else { return };
         if let Some(fd) = lock(&p.pidfd).take() {
             let _ = self.epoll.delete(&fd);
         }
-        let orderly = p.gone.load(Ordering::Acquire)
-            || p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0);
-        if p.local || p.watched.load(Ordering::Acquire) {
-            // A killed task cannot clean up after itself: we do.
-            crate::shm::unlink_task_files(&self.cfg.shm_dir, &self.cfg.job, task);
-        }
-        if orderly || p.lost.swap(true, Ordering::AcqRel) {
+        if p.ended.swap(true, Ordering::AcqRel) {
             return;
         }
-        bump(&self.counters.peers_lost);
+        let event = if self.closed_in_order(p) {
+            Woke::PeerClosed(task)
+        } else {
+            p.lost.store(true, Ordering::Release);
+            if p.local || p.watched.load(Ordering::Acquire) {
+                // A killed task cannot clean up after itself: we do.
+                crate::shm::unlink_task_files(&self.cfg.shm_dir, &self.cfg.job, task);
+            }
+            bump(&self.counters.peers_lost);
+            Woke::PeerLost(task)
+        };
         let open = self.control.windows_open();
         for w in 0..open {
             let win = &self.windows[w as usize];
-            lock(&win.lost).push_back(task);
-            win.lost_ready.store(true, Ordering::Release);
+            lock(&win.peer_events).push_back(event);
+            win.peer_events_ready.store(true, Ordering::Release);
             self.wake_own(w);
         }
+    }
+
+    /// Did `p` close its endpoint in order?  Its goodbye (TCP), its control
+    /// segment's closed flag, or the closed flag of a ring it sends us on:
+    /// one we mapped, or one still waiting under its name for us to map it
+    /// (a sender that closed before we polled, and whose control segment
+    /// we never mapped).  Holding `inbound` keeps discover_rings from
+    /// moving a ring from the second kind to the first meanwhile.
+    fn closed_in_order(&self, p: &Peer) -> bool {
+        if p.gone.load(Ordering::Acquire) || p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0) {
+            return true;
+        }
+        let inbound = lock(&p.inbound);
+        if inbound.iter().any(ClosedFlag::is_set) {
+            return true;
+        }
+        let (t, word, bit) = (self.cfg.task, p.task as usize / 64, 1u64 << (p.task % 64));
+        let open = self.control.windows_open();
+        p.local
+            && (0..open).any(|w| {
+                self.control.window(w).ring_bitmap[word].load(Ordering::Acquire) & bit != 0
+                    && crate::ring::closed_unmapped(&self.cfg.shm_dir, &self.cfg.job, p.task, t, w)
+            })
     }
 
     /// Map rings that senders announced for `window`.
@@ -1093,16 +1164,29 @@ impl Inner {
                 if bits & (1 << b) == 0 || rx.known.contains(&src) {
                     continue;
                 }
-                let opened = Consumer::open(&self.cfg.shm_dir, &self.cfg.job, src, self.cfg.task, window, self.cfg.max_message);
-                if let Ok(c) = opened {
-                    rx.known.insert(src);
-                    let pid = c.producer_pid();
-                    rx.rings.push(c);
-                    if src != self.cfg.task {
-                        let p = self.peer_or_insert(src, true, None);
-                        self.watch_pid(p, pid);
+                let open = || Consumer::open(&self.cfg.shm_dir, &self.cfg.job, src, self.cfg.task, window, self.cfg.max_message);
+                if src == self.cfg.task {
+                    if let Ok(c) = open() {
+                        rx.known.insert(src);
+                        rx.rings.push(c);
                     }
+                    continue;
                 }
+                let p = self.peer_or_insert(src, true, None);
+                // The ring's name goes and its closed flag joins `inbound`
+                // in one step (see closed_in_order).
+                let mut inbound = lock(&p.inbound);
+                let Ok(c) = open() else { continue };
+                inbound.push(c.closed_flag());
+                drop(inbound);
+                rx.known.insert(src);
+                // A sender we never connected to: watch it, and map its
+                // control as a peer that connected would.
+                self.watch_pid(p, c.producer_pid());
+                if p.local {
+                    let _ = self.peer_control(p);
+                }
+                rx.rings.push(c);
             }
         }
     }
@@ -1157,13 +1241,13 @@ impl Inner {
         if d.tcp > 0 {
             self.counters.tcp_received.fetch_add(d.tcp as u64, Ordering::Relaxed);
         }
-        if d.shm + d.tcp == 0 && w.lost_ready.load(Ordering::Acquire) {
-            let mut lost = lock(&w.lost);
-            d.lost = lost.pop_front();
-            w.lost_ready.store(!lost.is_empty(), Ordering::Release);
+        if d.shm + d.tcp == 0 && w.peer_events_ready.load(Ordering::Acquire) {
+            let mut events = lock(&w.peer_events);
+            d.peer_event = events.pop_front();
+            w.peer_events_ready.store(!events.is_empty(), Ordering::Release);
         }
         let notified = &slot.notified;
-        if d.shm + d.tcp == 0 && d.lost.is_none() && notified.load(Ordering::Relaxed) != 0 {
+        if d.shm + d.tcp == 0 && d.peer_event.is_none() && notified.load(Ordering::Relaxed) != 0 {
             d.notified = notified.swap(0, Ordering::Acquire) != 0;
         }
         d
@@ -1176,7 +1260,7 @@ impl Inner {
         if slot.new_rings.load(Ordering::Relaxed) != 0
             || slot.notified.load(Ordering::Relaxed) != 0
             || w.inbox_ready.load(Ordering::Acquire)
-            || w.lost_ready.load(Ordering::Acquire)
+            || w.peer_events_ready.load(Ordering::Acquire)
             || self.flih_failed.load(Ordering::Acquire)
         {
             return true;
@@ -1363,9 +1447,22 @@ impl Inner {
     }
 
     /// Orderly close: tell TCP peers (goodbye frame) and local peers (the
-    /// closed flag) that our exit is not a loss.
+    /// closed flag of our control segment and of each ring we send on)
+    /// that our exit is not a loss.  A ring its receiver has not mapped yet
+    /// keeps its file, so what we sent is still delivered.
     fn say_goodbye(&self) {
         self.control.header().closed.store(1, Ordering::Release);
+        for p in self.peer_list() {
+            if !p.local {
+                continue;
+            }
+            let receiver_gone = p.lost.load(Ordering::Acquire)
+                || p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0);
+            let mut tx = lock(&p.tx);
+            for ring in tx.rings.iter_mut().flatten() {
+                ring.close(receiver_gone);
+            }
+        }
         let conns: Vec<_> = lock(&self.conns).values().cloned().collect();
         for c in conns {
             let hdr = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_GOODBYE };

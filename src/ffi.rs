@@ -81,6 +81,10 @@ pub const DOORBELL_WOKE_NOTIFY: u32 = 2;
 pub const DOORBELL_WOKE_PEER_LOST: u32 = 3;
 /// The timeout elapsed with nothing to report.
 pub const DOORBELL_WOKE_TIMEOUT: u32 = 4;
+/// A peer task closed its endpoint in order (`wake.task`); everything it
+/// sent to this window was delivered before.  Reported once per peer and
+/// window, with return value 0.  A death is DOORBELL_WOKE_PEER_LOST.
+pub const DOORBELL_WOKE_PEER_CLOSED: u32 = 5;
 
 /// Longest address blob doorbell_address() produces.
 pub const DOORBELL_ADDRESS_MAX: usize = 64;
@@ -145,6 +149,13 @@ pub struct doorbell_config {
     /// what TCP messages over 1 MiB being received may hold together (one
     /// is always let in when none is in progress).
     pub max_backlog: u64,
+    /// How many other tasks on this node will connect to this one (MPI:
+    /// the local peers), or -1 (the default): unknown.  Known, this task's
+    /// control file loses its name as soon as that many have mapped it, so
+    /// nothing stays behind even if every task is killed; a task that
+    /// connects later still reaches it (through /proc/<pid>/fd, same user).
+    /// Unknown, the name stays until destroy.  Other values: INVALID_ARGUMENT.
+    pub local_peers: i32,
 }
 
 /// One piece of a gathered message.
@@ -159,7 +170,7 @@ pub struct doorbell_iovec {
 pub struct doorbell_wake {
     /// DOORBELL_WOKE_*.
     pub reason: u32,
-    /// With PEER_LOST: the lost task.
+    /// With PEER_LOST: the lost task; with PEER_CLOSED: the closed one.
     pub task: u32,
 }
 
@@ -234,6 +245,7 @@ pub unsafe extern "C" fn doorbell_config_init(cfg: *mut doorbell_config) -> c_in
             bulk_max_bytes: 0,
             max_message: 0,
             max_backlog: 0,
+            local_peers: -1,
         };
         Ok(DOORBELL_OK)
     })
@@ -270,6 +282,10 @@ fn config_from_c(c: &doorbell_config) -> Result<Config, Error> {
     if c.max_backlog != 0 {
         cfg.max_backlog = c.max_backlog;
     }
+    cfg.local_peers = match c.local_peers {
+        -1 => None,
+        n => Some(u32::try_from(n).map_err(|_| Error::InvalidArgument)?),
+    };
     Ok(cfg)
 }
 
@@ -392,7 +408,8 @@ pub unsafe extern "C" fn doorbell_window_open(ep: *mut doorbell_endpoint, window
 /// the bytes a ring needs).  NO_SHM_SPACE only if that task cannot be
 /// reached over TCP either: it was never connected (it only sent to us
 /// through its ring).
-/// Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST,
+/// Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST
+/// (the task died, or closed its endpoint: nobody would read it),
 /// NO_SHM_SPACE, SHM, SHM_REFUSED (the peer's control segment or our ring's
 /// name is a symlink or a foreign file), NETWORK.
 #[no_mangle]
@@ -475,6 +492,7 @@ fn report(w: Woke, wake: *mut doorbell_wake) -> Result<c_int, Error> {
         Woke::Notify => (DOORBELL_WOKE_NOTIFY, 0, Ok(0)),
         Woke::Timeout => (DOORBELL_WOKE_TIMEOUT, 0, Ok(0)),
         Woke::PeerLost(t) => (DOORBELL_WOKE_PEER_LOST, t, Err(Error::PeerLost)),
+        Woke::PeerClosed(t) => (DOORBELL_WOKE_PEER_CLOSED, t, Ok(0)),
     };
     // SAFETY: NULL or a writable doorbell_wake.
     if let Some(wk) = unsafe { wake.as_mut() } {
@@ -509,11 +527,11 @@ pub unsafe extern "C" fn doorbell_progress(
 /// Like progress, but if nothing is there wait (mode DOORBELL_WAIT_*) for a
 /// message, a notify, a lost peer or `timeout_us` (< 0: no limit), then
 /// deliver.  While it sleeps, freed ring space wakes it to push this task's
-/// queued sends.  Returns messages delivered (0 with wake->reason NOTIFY or
-/// TIMEOUT), or PEER_LOST (wake->reason PEER_LOST, wake->task the lost
-/// task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`), or
-/// FLIH_FAILED (the endpoint's event thread failed: a sleeper is woken with
-/// it at once).
+/// queued sends.  Returns messages delivered (0 with wake->reason NOTIFY,
+/// TIMEOUT or PEER_CLOSED), or PEER_LOST (wake->reason PEER_LOST, wake->task
+/// the lost task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`),
+/// or FLIH_FAILED (the endpoint's event thread failed: a sleeper is woken
+/// with it at once).
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_wait(
     ep: *mut doorbell_endpoint,

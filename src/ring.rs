@@ -59,10 +59,12 @@ use crate::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK_REF_
 use crate::error::{Error, Result};
 use crate::shm::{ring_name, Owner, Segment, ShmSafe};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"DBRING\0\0");
 /// 2: BULK records (bulk.rs).  3: stamped records, no shared tail.
-pub const RING_VERSION: u32 = 3;
+/// 4: producer_closed, consumer_mapped.
+pub const RING_VERSION: u32 = 4;
 pub const HEADER_BYTES: usize = 256;
 const REC: u64 = 16;
 /// Largest reassembly buffer a consumer keeps for the next message.
@@ -88,7 +90,14 @@ pub struct RingHeader {
     pub producer_task: u32,
     pub consumer_task: u32,
     pub window: u32,
-    _pad0: [u8; 32],
+    /// Set (Release) by the producer at its orderly close: its exit after
+    /// this is not a loss, even to a receiver that never mapped its
+    /// control segment (a receive-only peer).
+    pub producer_closed: AtomicU32,
+    /// Set by the consumer when it maps the ring (and removes its name):
+    /// until then a closing producer leaves the file for it.
+    pub consumer_mapped: AtomicU32,
+    _pad0: [u8; 24],
     /// Unused (a shared tail until version 3); keeps `head` on its own line.
     _pad1: [u8; 64],
     /// Bytes ever consumed (consumer's line).
@@ -139,6 +148,7 @@ unsafe impl ShmSafe for RingHeader {}
 
 const _: () = assert!(std::mem::size_of::<RingHeader>() == HEADER_BYTES);
 const _: () = assert!(std::mem::offset_of!(RingHeader, head) == 128);
+const _: () = assert!(std::mem::offset_of!(RingHeader, producer_closed) == 32);
 const _: () = assert!(std::mem::offset_of!(RingHeader, producer_waiting) == 192);
 const _: () = assert!(std::mem::size_of::<Record>() as u64 == STAMP_AT && STAMP_AT + 4 == REC);
 
@@ -461,6 +471,45 @@ impl Producer {
         self.head_cache = head;
         moved
     }
+
+    /// Orderly close: mark the ring closed for the consumer, and keep its
+    /// file for a consumer that has not mapped it yet (what was sent is
+    /// delivered: the consumer maps it, reads it and removes the name, or
+    /// removes it at its own close) unless the consumer is gone.
+    pub fn close(&mut self, consumer_gone: bool) {
+        let h = self.hdr();
+        h.producer_closed.store(1, Ordering::Release);
+        let mapped = h.consumer_mapped.load(Ordering::Acquire) != 0;
+        self.seg.set_unlink_on_drop(mapped || consumer_gone);
+        if consumer_gone {
+            self.bulk.iter_mut().chain(self.retired.iter_mut()).for_each(BulkProducer::receiver_gone);
+        }
+    }
+}
+
+/// Has the producer of the ring `src` -> (`dst`, `window`) that its
+/// consumer has not mapped yet (the file still has its name) closed in
+/// order?  A look at the header only; the file stays for the consumer.
+pub fn closed_unmapped(dir: &str, job: &str, src: u32, dst: u32, window: u32) -> bool {
+    let Ok(seg) = Segment::open(dir, &ring_name(job, src, dst, window), HEADER_BYTES) else { return false };
+    let h: &RingHeader = seg.at(0);
+    // SYNC POINT (version, reader side), as in Consumer::open.
+    h.version.load(Ordering::Acquire) == RING_VERSION
+        && h.magic == RING_MAGIC
+        && h.producer_task == src
+        && h.consumer_task == dst
+        && h.producer_closed.load(Ordering::Acquire) != 0
+}
+
+/// A consumer's view of its producer's `producer_closed` flag, kept by the
+/// endpoint beside the peer so that the peer's exit can be judged without
+/// the ring (which belongs to the window's receive side).
+pub struct ClosedFlag(Arc<Segment>);
+
+impl ClosedFlag {
+    pub fn is_set(&self) -> bool {
+        self.0.at::<RingHeader>(0).producer_closed.load(Ordering::Acquire) != 0
+    }
 }
 
 /// Address ranges [start, end), for the fuzz target's checks.
@@ -468,7 +517,7 @@ impl Producer {
 pub(crate) type AddrRanges = Vec<(usize, usize)>;
 
 pub struct Consumer {
-    seg: Segment,
+    seg: Arc<Segment>,
     cap: u64,
     head: u64,
     max_message: u64,
@@ -510,8 +559,15 @@ impl Consumer {
         if !head.is_multiple_of(REC) {
             return Err(Error::Shm);
         }
+        // Only a ring we will read counts as mapped by its consumer.
+        h.consumer_mapped.store(1, Ordering::Release);
         let id = RingId { dir: dir.into(), job: job.into(), src, dst, window };
+        let seg = Arc::new(seg);
         Ok(Consumer { seg, cap, head, max_message, assembling: None, spare: Vec::new(), src, id, bulk: None })
+    }
+
+    pub fn closed_flag(&self) -> ClosedFlag {
+        ClosedFlag(self.seg.clone())
     }
 
     fn hdr(&self) -> &RingHeader {

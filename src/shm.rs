@@ -40,6 +40,9 @@ pub const PREFIX: &str = "doorbell-";
 pub struct Segment {
     map: MmapRaw,
     path: PathBuf,
+    /// (device, inode) of the file mapped: `unlink` removes the name only
+    /// while it still names this file.
+    file_id: (u64, u64),
     unlink_on_drop: bool,
     /// A control segment's file, kept open to hold its flock (see `create`).
     _lock: Option<File>,
@@ -105,10 +108,17 @@ fn open_checked(path: &Path) -> Result<File> {
 
 /// Whether `path` still names the file `file` is open on.
 fn still_names(path: &Path, file: &File) -> bool {
-    match (std::fs::symlink_metadata(path), file.metadata()) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
-    }
+    file.metadata().is_ok_and(|b| names_id(path, (b.dev(), b.ino())))
+}
+
+/// Whether `path` names the file with this (device, inode).
+fn names_id(path: &Path, id: (u64, u64)) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|a| (a.dev(), a.ino()) == id)
+}
+
+fn file_id(file: &File) -> Result<(u64, u64)> {
+    let md = file.metadata().map_err(Error::shm)?;
+    Ok((md.dev(), md.ino()))
 }
 
 /// flock(LOCK_EX), waiting or not.  Ok(false): held by someone else.
@@ -181,12 +191,13 @@ impl Segment {
                 // Reserve the blocks now: a full tmpfs is an error here, not
                 // a SIGBUS on first touch of the mapping.
                 posix_fallocate(&file, 0, len as libc::off_t).map_err(|e| Error::shm(e.into()))?;
-                map(&file)
+                Ok((map(&file)?, file_id(&file)?))
             })();
             return match made {
-                Ok(map) => Ok(Segment {
+                Ok((map, file_id)) => Ok(Segment {
                     map,
                     path,
+                    file_id,
                     unlink_on_drop: true,
                     _lock: (owner == Owner::Locked).then_some(file),
                 }),
@@ -204,11 +215,40 @@ impl Segment {
     pub fn open(dir: &str, name: &str, min_len: usize) -> Result<Segment> {
         let path = PathBuf::from(dir).join(name);
         let file = open_checked(&path)?;
+        Segment::from_file(path, &file, min_len)
+    }
+
+    fn from_file(path: PathBuf, file: &File, min_len: usize) -> Result<Segment> {
         let len = file.metadata().map_err(Error::shm)?.len();
         if len < min_len as u64 {
             return Err(Error::Shm);
         }
-        Ok(Segment { map: map(&file)?, path, unlink_on_drop: false, _lock: None })
+        Ok(Segment { map: map(file)?, path, file_id: file_id(file)?, unlink_on_drop: false, _lock: None })
+    }
+
+    /// Map `dir/name` through a descriptor process `pid` holds open on it:
+    /// the way to a segment whose name is already gone (its owner unlinked
+    /// it once the peers it expected had mapped it; see control.rs).  The
+    /// descriptor's link must name exactly that file, and the file passes
+    /// `check_ours` like any other.  Needs the same permission as reading
+    /// /proc/<pid>/fd (same user, the process dumpable).
+    pub fn open_held_by(pid: u32, dir: &str, name: &str, min_len: usize) -> Result<Segment> {
+        let path = PathBuf::from(dir).join(name);
+        let want = std::fs::canonicalize(dir).map_err(Error::shm)?.join(name);
+        let gone = format!("{} (deleted)", want.display());
+        let fds = PathBuf::from(format!("/proc/{pid}/fd"));
+        for entry in std::fs::read_dir(&fds).map_err(Error::shm)?.flatten() {
+            let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+            if target != want && target.as_os_str() != gone.as_str() {
+                continue;
+            }
+            // The magic link is followed on purpose; what we map is checked
+            // on the descriptor we get.
+            let Ok(file) = OpenOptions::new().read(true).write(true).open(entry.path()) else { continue };
+            check_ours(&path, &file.metadata().map_err(Error::shm)?)?;
+            return Segment::from_file(path, &file, min_len);
+        }
+        Err(Error::Shm)
     }
 
     pub fn len(&self) -> usize {
@@ -233,9 +273,12 @@ impl Segment {
         unsafe { &*(self.base().add(offset) as *const T) }
     }
 
-    /// Remove the file now (the mapping stays valid); idempotent.
+    /// Remove the file's name now (the mapping stays valid); idempotent,
+    /// and a name that meanwhile belongs to another file is left alone.
     pub fn unlink(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if names_id(&self.path, self.file_id) {
+            let _ = std::fs::remove_file(&self.path);
+        }
         self.unlink_on_drop = false;
     }
 
@@ -247,7 +290,7 @@ impl Segment {
 impl Drop for Segment {
     fn drop(&mut self) {
         if self.unlink_on_drop {
-            let _ = std::fs::remove_file(&self.path);
+            self.unlink();
         }
     }
 }
@@ -432,10 +475,10 @@ pub fn unlink_task_files(dir: &str, job: &str, task: u32) {
     unlink_where(dir, job, |k| k.names(task));
 }
 
-/// At `task`'s close: remove the bulk files that senders left for it
-/// (messages it never took; see bulk.rs).
-pub fn unlink_bulk_to(dir: &str, job: &str, task: u32) {
-    unlink_where(dir, job, |k| matches!(k, Kind::Bulk { dst, .. } if dst == task));
+/// At `task`'s close: remove the rings and bulk files that senders left for
+/// it (messages it never took; see ring.rs `Producer::close`, bulk.rs).
+pub fn unlink_inbound_to(dir: &str, job: &str, task: u32) {
+    unlink_where(dir, job, |k| matches!(k, Kind::Ring { dst, .. } | Kind::Bulk { dst, .. } if dst == task));
 }
 
 /// Remove the files of tasks whose process is gone: a job whose every task

@@ -20,7 +20,9 @@ fn wait_for(rx: &doorbell::Endpoint, from: u32) -> Instant {
         let mut got = false;
         let r = rx.wait(0, Some(WaitMode::Block), Some(Duration::from_secs(5)), &mut |t, _, _| got |= t == from);
         let now = Instant::now();
-        assert!(matches!(r, Ok(Woke::Message(_)) | Ok(Woke::Timeout)), "{r:?}");
+        // A peer's clean close is reported too (PeerClosed); the next wait
+        // sleeps again.
+        assert!(matches!(r, Ok(Woke::Message(_)) | Ok(Woke::Timeout) | Ok(Woke::PeerClosed(_))), "{r:?}");
         if got {
             return now;
         }

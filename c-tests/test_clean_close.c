@@ -1,0 +1,272 @@
+/* A same-node sender that closes before its receiver polls (issue 10,
+ * points 2 and 3).
+ *
+ * Rule: what a sender handed to doorbell_send and flushed is delivered, and
+ * an orderly close is told from a death.  Each scenario runs a receiver
+ * (task 0) and a sender (task 1) on one node, in a private shm directory.
+ * The sender sends, flushes, destroys its endpoint and exits 0; only after
+ * its process is gone (a pidfd says so) does the receiver poll.  The
+ * receiver must get every message, byte for byte, then
+ * DOORBELL_WOKE_PEER_CLOSED naming the sender -- never PEER_LOST.
+ *
+ *   - first message on a ring, 100 B (in the ring) and 1 MiB (the ring's
+ *     bulk slot), with the receiver connected to the sender (it watches the
+ *     sender's pid) and without (a receive-only peer learns of the sender
+ *     from its ring); the 100 B connected case five times;
+ *   - ring in use: one message read, then a 1 MiB one (a new bulk file)
+ *     sent before the close;
+ *   - both directions: each sends 100 B and 1 MiB to the other; task 1
+ *     reads task 0's, closes and exits, then task 0 reads task 1's;
+ *   - SIGKILL instead of a close: the receiver gets PEER_LOST, not
+ *     PEER_CLOSED;
+ *   - the other way round, the receiver closes first: the sender is told
+ *     PEER_CLOSED, and a send to the closed task fails with PEER_LOST
+ *     instead of queueing a message nobody will read.
+ *
+ * Afterwards no file is left in the directory. */
+#include "dbt.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SMALL 100
+#define LARGE (1u << 20)
+
+enum kind { FIRST_MESSAGE, RING_IN_USE, BOTH_WAYS, KILLED, RECEIVER_CLOSED };
+
+struct scenario {
+  const char *name;
+  enum kind kind;
+  size_t size;            /* FIRST_MESSAGE, KILLED: the one message */
+  int receiver_connects;  /* the receiver calls doorbell_connect(sender) */
+  char *dir;
+};
+
+/* A message's bytes follow from its length and tag. */
+static uint64_t seed_of(size_t len, uint8_t tag) { return len * 7 + tag; }
+
+struct tally {
+  uint32_t from;
+  int msgs;
+  int bad;
+  int closed;       /* PEER_CLOSED events for `from` */
+  int lost;         /* PEER_LOST events for `from` */
+  int msgs_at_end;  /* messages delivered when the first of those came */
+  int other;        /* any other error code */
+};
+
+static void on_msg(void *ctx, uint32_t task, uint32_t window, uint8_t tag, const uint8_t *data,
+                   size_t len) {
+  (void)window;
+  struct tally *t = ctx;
+  int ok = task == t->from && (len == SMALL || len == LARGE) && dbt_verify(data, len, seed_of(len, tag));
+  if (ok) t->msgs++;
+  else t->bad++;
+}
+
+static int send_one(doorbell_endpoint *ep, uint32_t to, size_t len, uint8_t tag, struct tally *t) {
+  uint8_t *buf = malloc(len);
+  dbt_fill(buf, len, seed_of(len, tag));
+  uint32_t w0 = 0;
+  int rc = dbt_send_retry(ep, to, 0, tag, buf, len, &w0, 1, on_msg, t, NULL);
+  free(buf);
+  return dbt_check_rc(rc, DOORBELL_OK, "send %zu B to task %u", len, to);
+}
+
+/* Wait (block mode) until `want` messages came, or the first event about
+ * t->from once `until_event`, or `seconds` passed. */
+static void collect(doorbell_endpoint *ep, struct tally *t, int want, int until_event, double seconds) {
+  double end = dbt_now() + seconds;
+  while (dbt_now() < end) {
+    if (!until_event && t->msgs >= want) return;
+    doorbell_wake wake = {0, UINT32_MAX};
+    int rc = doorbell_wait(ep, 0, DOORBELL_WAIT_BLOCK, 200000, on_msg, t, &wake);
+    int event = 0;
+    if (rc == DOORBELL_ERR_PEER_LOST && wake.task == t->from) t->lost++, event = 1;
+    else if (rc < 0) t->other = rc;
+    else if (wake.reason == DOORBELL_WOKE_PEER_CLOSED && wake.task == t->from) t->closed++, event = 1;
+    if (event && t->closed + t->lost == 1) t->msgs_at_end = t->msgs;
+    if (event && until_event) return;
+  }
+}
+
+/* Block until process `pid` has exited (a zombie counts), then give the
+ * receiver's epoll thread, which sees the same pidfd, time to act on it:
+ * that is when the old code threw the sender's files away. */
+static void wait_gone(uint32_t pid) {
+  int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+  if (fd >= 0) {
+    struct pollfd p = {fd, POLLIN, 0};
+    int n = poll(&p, 1, 30000);
+    dbt_check(n == 1, "the sender (pid %u) exited", pid);
+    close(fd);
+  }
+  usleep(50000);
+}
+
+static void judge(const struct scenario *sc, const struct tally *t, int want, int killed) {
+  dbt_check(t->bad == 0 && t->other == 0, "%s: no wrong message or error (bad %d, error %d)",
+            sc->name, t->bad, t->other);
+  if (killed) {
+    dbt_check(t->lost == 1 && t->closed == 0, "%s: PEER_LOST (got %d lost, %d closed)", sc->name,
+              t->lost, t->closed);
+    dbt_info("%s: %d of %d message(s) of the killed sender delivered", sc->name, t->msgs, want);
+    return;
+  }
+  dbt_check(t->msgs == want, "%s: %d of %d message(s) delivered intact", sc->name, t->msgs, want);
+  dbt_check(t->lost == 0, "%s: no PEER_LOST for a sender that closed in order (got %d)", sc->name,
+            t->lost);
+  dbt_check(t->closed == 1, "%s: PEER_CLOSED reported once (got %d)", sc->name, t->closed);
+  dbt_check(t->msgs_at_end == want, "%s: after every message (%d of %d before it)", sc->name,
+            t->msgs_at_end, want);
+}
+
+static int receiver(doorbell_endpoint *ep, const dbt_peer *peers, const struct scenario *sc) {
+  struct tally t = {.from = 1};
+  int want = sc->kind == RING_IN_USE ? 2 : sc->kind == BOTH_WAYS ? 2 : 1;
+  if (sc->kind == BOTH_WAYS) {
+    /* Task 1 sends only after this barrier, so it all arrives below. */
+    send_one(ep, 1, SMALL, 1, &t);
+    send_one(ep, 1, LARGE, 2, &t);
+    uint32_t w0 = 0;
+    dbt_check_rc(dbt_drain(ep, &w0, 1, on_msg, &t, 30), DOORBELL_OK, "%s: flush", sc->name);
+    dbt_barrier();
+  }
+  if (sc->kind == RING_IN_USE) {
+    dbt_barrier(); /* the first message is in the ring */
+    collect(ep, &t, 1, 0, 10);
+    dbt_check(t.msgs == 1, "%s: the first message arrived while the sender lives", sc->name);
+  }
+  dbt_barrier(); /* the sender has sent, flushed and destroyed its endpoint */
+  wait_gone(peers[1].pid);
+  collect(ep, &t, want, 1, 10);
+  judge(sc, &t, want, sc->kind == KILLED);
+  /* The event is reported once: the next wait just times out. */
+  doorbell_wake again = {0, 0};
+  int rc = doorbell_wait(ep, 0, DOORBELL_WAIT_BLOCK, 100000, on_msg, &t, &again);
+  dbt_check(rc == 0 && again.reason == DOORBELL_WOKE_TIMEOUT, "%s: then a plain timeout (rc %d reason %u)",
+            sc->name, rc, again.reason);
+  return 0;
+}
+
+static int sender(doorbell_endpoint *ep, const struct scenario *sc) {
+  struct tally t = {.from = 0};
+  uint32_t w0 = 0;
+  switch (sc->kind) {
+  case FIRST_MESSAGE:
+  case KILLED:
+    send_one(ep, 0, sc->size, 1, &t);
+    break;
+  case RING_IN_USE:
+    send_one(ep, 0, SMALL, 1, &t);
+    dbt_barrier();
+    send_one(ep, 0, LARGE, 2, &t);
+    break;
+  case BOTH_WAYS:
+    dbt_barrier(); /* task 0 has sent and flushed */
+    collect(ep, &t, 2, 0, 30);
+    dbt_check(t.msgs == 2 && t.bad == 0, "%s: task 1 got task 0's two messages (%d)", sc->name, t.msgs);
+    send_one(ep, 0, SMALL, 1, &t);
+    send_one(ep, 0, LARGE, 2, &t);
+    break;
+  case RECEIVER_CLOSED: /* send_to_closed */
+    break;
+  }
+  dbt_check_rc(dbt_drain(ep, &w0, 1, on_msg, &t, 30), DOORBELL_OK, "%s: sender flush", sc->name);
+  if (sc->kind == KILLED) {
+    dbt_barrier();
+    raise(SIGKILL);
+  }
+  dbt_check_rc(doorbell_endpoint_destroy(ep), DOORBELL_OK, "%s: sender endpoint_destroy", sc->name);
+  dbt_barrier();
+  return 0;
+}
+
+/* RECEIVER_CLOSED: task 0 closes at once; task 1 then hears of it and
+ * tries to send to it. */
+static int send_to_closed(doorbell_endpoint *ep, const struct scenario *sc) {
+  struct tally t = {.from = 0};
+  dbt_barrier(); /* task 0 has destroyed its endpoint */
+  collect(ep, &t, 0, 1, 10);
+  dbt_check(t.closed == 1 && t.lost == 0, "%s: the sender is told PEER_CLOSED (closed %d, lost %d)",
+            sc->name, t.closed, t.lost);
+  size_t sizes[] = {SMALL, LARGE};
+  for (int i = 0; i < 2; i++) {
+    uint8_t *buf = malloc(sizes[i]);
+    dbt_fill(buf, sizes[i], seed_of(sizes[i], 1));
+    dbt_check_rc(doorbell_send(ep, 0, 0, 1, buf, sizes[i]), DOORBELL_ERR_PEER_LOST,
+                 "%s: a %zu B send to the closed task", sc->name, sizes[i]);
+    free(buf);
+  }
+  dbt_check_rc(doorbell_endpoint_destroy(ep), DOORBELL_OK, "%s: sender endpoint_destroy", sc->name);
+  return 0;
+}
+
+static int child(int idx, void *arg) {
+  const struct scenario *sc = arg;
+  doorbell_config cfg;
+  dbt_config(&cfg, (uint32_t)idx, 1);
+  cfg.shm_dir = sc->dir;
+  doorbell_endpoint *ep = NULL;
+  dbt_peer me = {0}, peers[2];
+  me.task = (uint32_t)idx;
+  me.rc = doorbell_endpoint_create(&cfg, &ep);
+  dbt_check_rc(me.rc, DOORBELL_OK, "endpoint_create(task %d)", idx);
+  uint64_t mask = idx == 1 || sc->receiver_connects ? DBT_OTHERS : 0;
+  if (dbt_exchange(me.rc == DOORBELL_OK ? ep : NULL, &me, peers, mask) || me.rc != DOORBELL_OK) {
+    if (ep) doorbell_endpoint_destroy(ep);
+    return 1;
+  }
+  if (sc->kind == RECEIVER_CLOSED) {
+    if (idx == 1) return send_to_closed(ep, sc);
+    dbt_check_rc(doorbell_endpoint_destroy(ep), DOORBELL_OK, "%s: receiver closes first", sc->name);
+    dbt_barrier();
+    return 0;
+  }
+  if (idx == 1) return sender(ep, sc);
+  int rc = receiver(ep, peers, sc);
+  dbt_check_rc(doorbell_endpoint_destroy(ep), DOORBELL_OK, "%s: receiver endpoint_destroy", sc->name);
+  return rc;
+}
+
+static void run(struct scenario *sc) {
+  dbt_info("--- %s ---", sc->name);
+  sc->dir = dbt_tempdir("/dev/shm", "cleanclose");
+  dbt_job *job = dbt_spawn(2, child, sc);
+  dbt_serve(job, 120);
+  dbt_check_exit0(job, 0);
+  int st = dbt_status(job, 1);
+  if (sc->kind == KILLED) dbt_check(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "%s: the sender was killed", sc->name);
+  else dbt_check_exit0(job, 1);
+  dbt_free(job);
+  int left = dbt_dir_entries(sc->dir, NULL);
+  dbt_check(left == 0, "%s: no file left in the shm directory (%d)", sc->name, left);
+  dbt_rmtree(sc->dir);
+}
+
+int main(void) {
+  dbt_begin("clean_close");
+  char name[128];
+  for (int i = 1; i <= 5; i++) {
+    snprintf(name, sizeof name, "first message 100 B, receiver connected, run %d of 5", i);
+    struct scenario sc = {name, FIRST_MESSAGE, SMALL, 1, NULL};
+    run(&sc);
+  }
+  struct scenario more[] = {
+      {"first message 1 MiB (bulk), receiver connected", FIRST_MESSAGE, LARGE, 1, NULL},
+      {"first message 100 B, receive-only (no connect)", FIRST_MESSAGE, SMALL, 0, NULL},
+      {"first message 1 MiB (bulk), receive-only (no connect)", FIRST_MESSAGE, LARGE, 0, NULL},
+      {"ring in use, then 1 MiB (new bulk file)", RING_IN_USE, 0, 1, NULL},
+      {"both directions, 100 B + 1 MiB each way", BOTH_WAYS, 0, 1, NULL},
+      {"SIGKILL after send and flush", KILLED, SMALL, 1, NULL},
+      {"the receiver closes first", RECEIVER_CLOSED, 0, 1, NULL},
+  };
+  for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) run(&more[i]);
+  return dbt_finish();
+}
