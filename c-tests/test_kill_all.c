@@ -151,6 +151,8 @@ static void run(struct scenario *sc) {
   int left = dbt_dir_entries(sc->dir, NULL);
   dbt_check(left == 0, "%s: no file left after kill -9 of every task (%d)", sc->name, left);
   dbt_rmtree(sc->dir);
+  free(sc->dir);
+  sc->dir = NULL;
 }
 
 int main(void) {
