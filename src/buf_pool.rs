@@ -11,7 +11,7 @@
 //! bounded in count, in the size of a buffer it keeps and in the bytes it
 //! holds, so an idle endpoint holds at most KEEP_BYTES (32 MiB).
 
-use crate::endpoint::lock;
+use crate::sync::lock;
 use std::sync::Mutex;
 
 const KEEP: usize = 64;

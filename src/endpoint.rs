@@ -10,6 +10,7 @@ use crate::counters::{bump, Counters, GuardedCount};
 use crate::error::{Error, Result};
 use crate::frame::{self, FrameHeader};
 use crate::ring::{ClosedFlag, Consumer, Gather, Producer};
+use crate::sync::lock;
 use crate::sys;
 use crate::task_table::TaskTable;
 use crate::try_lock::TryLock;
@@ -21,7 +22,7 @@ use std::io;
 use std::net::{SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Tokens of the FLIH's epoll set: 0 shutdown, 1 listener, 2 the connection
@@ -116,10 +117,6 @@ impl Stall {
         self.left = self.left.min(left);
         self.stalled(moved)
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A send that did not fit yet: the rest of one message.

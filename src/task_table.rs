@@ -8,7 +8,7 @@
 //! `CHUNK` entries, made on the first insert in them.
 
 use crate::config::MAX_TASKS;
-use crate::endpoint::lock;
+use crate::sync::lock;
 use std::sync::{Arc, Mutex, OnceLock};
 
 const CHUNK: usize = 128;
