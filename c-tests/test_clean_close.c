@@ -192,6 +192,7 @@ static int sender(doorbell_endpoint *ep, const struct scenario *sc) {
  * tries to send to it. */
 static int send_to_closed(doorbell_endpoint *ep, const struct scenario *sc) {
   struct tally t = {.from = 0};
+  dbt_barrier(); /* we have connected to task 0 (and mapped its control segment) */
   dbt_barrier(); /* task 0 has destroyed its endpoint */
   collect(ep, &t, 0, 1, 10);
   dbt_check(t.closed == 1 && t.lost == 0, "%s: the sender is told PEER_CLOSED (closed %d, lost %d)",
@@ -225,6 +226,10 @@ static int child(int idx, void *arg) {
   }
   if (sc->kind == RECEIVER_CLOSED) {
     if (idx == 1) return send_to_closed(ep, sc);
+    /* Close only once task 1 is connected: a task that closed and
+     * vanished before its peer ever reached it leaves nothing that tells
+     * a close from a death (README, Reliability and security). */
+    dbt_barrier();
     dbt_check_rc(doorbell_endpoint_destroy(ep), DOORBELL_OK, "%s: receiver closes first", sc->name);
     dbt_barrier();
     return 0;
