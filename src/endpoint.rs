@@ -35,7 +35,7 @@ pub(crate) const TOKEN_CONNS: u64 = 2;
 /// (Connection tokens, 3 and up, live in the connection set, not here.)
 pub(crate) const TOKEN_PID_POLL: u64 = 3;
 /// How often the FLIH checks the peers it could not watch with a pidfd.
-pub(crate) const PID_POLL_MS: i32 = 100;
+pub(crate) const PID_POLL_NS: u64 = 100_000_000;
 /// The connection set sits in the FLIH's set one-shot: it wakes the FLIH
 /// once, then only after a sleeper or a new connection re-arms it (see
 /// `arm_flih_for_conns`).
@@ -242,7 +242,7 @@ pub(crate) struct Inner {
     pub shutdown: EventFd,
     /// Same-host peers whose exit no pidfd announces (pidfd_open failed:
     /// kernel before 5.3, valgrind, no fd left): (task, pid), checked by
-    /// the FLIH every PID_POLL_MS; `pid_poll_kick` wakes it to start.
+    /// the FLIH every PID_POLL_NS (100 ms); `pid_poll_kick` wakes it to start.
     pid_polls: Mutex<Vec<(u32, u32)>>,
     pub pid_polls_pending: AtomicUsize,
     pub pid_poll_kick: EventFd,
@@ -527,8 +527,10 @@ impl Inner {
             // No pidfd for a live process (kernel before 5.3, valgrind,
             // EMFILE): that is no loss.  The FLIH checks the pid instead.
             Err(_) => {
-                lock(&self.pid_polls).push((p.task, pid));
-                self.pid_polls_pending.fetch_add(1, Ordering::Release);
+                let mut polls = lock(&self.pid_polls);
+                polls.push((p.task, pid));
+                self.pid_polls_pending.store(polls.len(), Ordering::Release);
+                drop(polls);
                 let _ = self.pid_poll_kick.write(1);
             }
         }
@@ -547,7 +549,8 @@ impl Inner {
         // Reset the kick's count (EAGAIN when it is 0 already).
         let _ = self.pid_poll_kick.read();
         let mut exited = Vec::new();
-        lock(&self.pid_polls).retain(|&(task, pid)| {
+        let mut polls = lock(&self.pid_polls);
+        polls.retain(|&(task, pid)| {
             if !sys::process_alive(pid) {
                 exited.push(task);
                 return false;
@@ -560,8 +563,10 @@ impl Inner {
                 Err(_) => true,
             }
         });
-        let left = lock(&self.pid_polls).len();
-        self.pid_polls_pending.store(left, Ordering::Release);
+        // The count is only ever stored under the list's lock: it is the
+        // list's length, readable by the FLIH without the lock.
+        self.pid_polls_pending.store(polls.len(), Ordering::Release);
+        drop(polls);
         for task in exited {
             self.peer_exited(task);
         }

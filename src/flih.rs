@@ -7,7 +7,7 @@
 
 use crate::config::MAX_TASKS;
 use crate::counters::bump;
-use crate::endpoint::{Inner, PID_BIT, PID_POLL_MS, TOKEN_CONNS, TOKEN_LISTENER, TOKEN_PID_POLL, TOKEN_SHUTDOWN};
+use crate::endpoint::{Inner, PID_BIT, PID_POLL_NS, TOKEN_CONNS, TOKEN_LISTENER, TOKEN_PID_POLL, TOKEN_SHUTDOWN};
 use crate::handshake;
 use crate::pending::{self, Listener, Pending, PendingSet, Step, PENDING_BIT};
 use crate::sys;
@@ -55,18 +55,18 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
     let mut paused_until: Option<u64> = None;
     let mut pids_checked = 0u64;
     loop {
-        // Peers without a pidfd are checked every PID_POLL_MS; handshakes
+        // Peers without a pidfd are checked every PID_POLL_NS; handshakes
         // have deadlines; a paused listener resumes.  Otherwise the FLIH
         // sleeps until something happens.
         let polling = inner.pid_polls_pending.load(Ordering::Acquire) > 0;
-        let pid_poll_at = polling.then(|| pids_checked + PID_POLL_MS as u64 * 1_000_000);
+        let pid_poll_at = polling.then(|| pids_checked + PID_POLL_NS);
         let wake_at = [pending.next_deadline(), paused_until, pid_poll_at].into_iter().flatten().min();
         let timeout = wake_at.map_or(-1, |t| {
             let ns = t.saturating_sub(sys::now_ns());
             ns.div_ceil(1_000_000).min(i32::MAX as u64) as i32
         });
         let n = sys::epoll_wait(&inner.epoll, &mut events, timeout)?;
-        if polling && sys::now_ns() - pids_checked >= PID_POLL_MS as u64 * 1_000_000 {
+        if polling && sys::now_ns() - pids_checked >= PID_POLL_NS {
             pids_checked = sys::now_ns();
             inner.poll_pids();
         }
