@@ -40,6 +40,10 @@ pub mod fuzzing;
 #[cfg(not(loom))]
 mod handshake;
 #[cfg(not(loom))]
+mod path;
+#[cfg(not(loom))]
+mod peers;
+#[cfg(not(loom))]
 mod pending;
 #[cfg(not(loom))]
 mod preload;
@@ -58,6 +62,8 @@ mod task_table;
 mod tcp;
 #[cfg(not(loom))]
 mod try_lock;
+#[cfg(not(loom))]
+mod wait;
 // The public Rust API: an endpoint, its configuration, what a wait reports,
 // errors, and the two values it hands out (its address blob, its counters).
 // Everything else is crate-private; the C ABI (`ffi`) is exported by symbol.

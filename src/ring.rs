@@ -48,7 +48,7 @@
 //!   sleeps only if it did not move).  The consumer pays no fence per
 //!   message: it stores `head`, and reads `producer_waiting` with a plain
 //!   load on every progress pass, and once more after arming its own bell
-//!   before it sleeps (Endpoint::has_work).  The arm's SeqCst fence pairs
+//!   before it sleeps (Inner::has_work, wait.rs).  The arm's SeqCst fence pairs
 //!   with the producer's: either the producer's re-read sees the new head,
 //!   or the consumer's post-arm read sees the flag.  A consumer that never
 //!   sleeps keeps reading the flag and sees it once the producer's store,

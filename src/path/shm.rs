@@ -1,0 +1,403 @@
+//! The shared-memory path: sending into the per-(sender, receiver,
+//! window) rings (creating them on first use), the backlog of sends that
+//! did not fit yet, and the receive side's ring discovery and polling.
+
+use crate::buf_pool::BufPool;
+use crate::bell::Rang;
+use crate::config::MAX_WINDOWS;
+use crate::control::Control;
+use crate::endpoint::Inner;
+use crate::error::{Error, Result};
+use crate::peers::Peer;
+use crate::ring::{Consumer, Gather, Producer};
+use crate::sync::lock;
+use crate::wait::Stall;
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::Ordering;
+
+/// Messages delivered from one ring per progress call, for fairness.
+const RING_BUDGET: usize = 64;
+
+/// A send that did not fit yet: the rest of one message.
+pub(crate) struct Backlog {
+    pub(crate) window: u32,
+    pub(crate) tag: u8,
+    /// Bytes of the message from offset `start` on (copied at send time).
+    pub(crate) data: Vec<u8>,
+    pub(crate) start: u64,
+    /// Message offset written to the ring so far (>= start).
+    pub(crate) base: u64,
+    pub(crate) total: u64,
+}
+
+impl Backlog {
+    /// The buffer comes from `pool` (large ones keep their pages mapped:
+    /// a stream that backlogs a message per ring-full would otherwise pay
+    /// an mmap, page faults and an munmap for each) and goes back to it
+    /// once the message is in the ring.
+    pub(crate) fn new(window: u32, tag: u8, g: &Gather, from: u64, pool: &BufPool) -> Backlog {
+        let mut data = pool.take((g.len() - from) as usize);
+        g.copy_into(from, &mut data);
+        Backlog { window, tag, data, start: from, base: from, total: g.len() }
+    }
+
+    /// Bytes not yet in the ring.
+    pub(crate) fn left(&self) -> u64 {
+        self.total - self.base
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct PeerTx {
+    pub(crate) rings: Vec<Option<Producer>>,
+    pub(crate) backlog: VecDeque<Backlog>,
+    pub(crate) backlog_bytes: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct WindowRx {
+    pub(crate) rings: Vec<Consumer>,
+    pub(crate) known: HashSet<u32>,
+}
+
+impl Inner {
+    /// No ring to (p, window) could be made (or another thread found so):
+    /// go over TCP from now on if the peer can be reached there, else
+    /// report NoShmSpace.  The endpoint's first such pair prints the
+    /// warning of shm_full.rs.
+    pub(crate) fn shm_full(&self, p: &Peer, window: u32) -> Result<()> {
+        if p.tcp_windows.load(Ordering::Acquire) & (1 << window) == 0 {
+            // A peer we never connected to (seen only as a sender) and
+            // whose connection never reached us: no TCP address to use.
+            return Err(Error::NoShmSpace);
+        }
+        if !self.shm_full_warned.swap(true, Ordering::Relaxed) {
+            let local_peers = self.peer_list().iter().filter(|q| q.local && q.task != self.cfg.task).count();
+            let ring = crate::ring::HEADER_BYTES as u64 + self.cfg.ring_bytes as u64;
+            eprintln!("{}", crate::shm_full::warning(&self.cfg, p.task, ring, local_peers as u64));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn send_local(&self, p: &Peer, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
+        let ctl = self.peer_control(p)?;
+        let h = ctl.header();
+        if window >= ctl.windows_open() {
+            return Err(Error::UnknownWindow);
+        }
+        // A receiver that closed reads nothing more: say so rather than
+        // queue a message nobody takes.  (Same cache line as windows_open.)
+        if h.closed.load(Ordering::Acquire) != 0 {
+            return Err(Error::PeerLost);
+        }
+        let g = Gather::new(parts);
+        let mut tx = lock(&p.tx);
+        if tx.rings[window as usize].is_none() {
+            if p.tcp_windows.load(Ordering::Relaxed) & (1 << window) != 0 {
+                // Another thread switched this window to TCP meanwhile.
+                return Err(Error::NoShmSpace);
+            }
+            let made = Producer::create(
+                &self.cfg.shm_dir,
+                &self.cfg.job,
+                self.cfg.task,
+                p.task,
+                window,
+                self.cfg.ring_bytes,
+                self.cfg.bulk_max,
+            );
+            let prod = match made {
+                Ok(prod) => prod,
+                Err(Error::NoShmSpace) => {
+                    // TCP from now on, if there is a way (see shm_full).
+                    if p.addr.get().is_some() || lock(&p.conn).is_some() {
+                        p.tcp_windows.fetch_or(1 << window, Ordering::Release);
+                    }
+                    return Err(Error::NoShmSpace);
+                }
+                Err(e) => return Err(e),
+            };
+            tx.rings[window as usize] = Some(prod);
+            // Announce the ring: bitmap bit, then the flag the receiver polls.
+            let slot = ctl.window(window);
+            let me = self.cfg.task as usize;
+            slot.ring_bitmap[me / 64].fetch_or(1 << (me % 64), Ordering::Release);
+            slot.new_rings.store(1, Ordering::Release);
+        }
+        if !tx.backlog.is_empty() {
+            // Drain what is queued first while the receiver keeps up, so a
+            // stream returns to copying straight into the ring instead of
+            // copying every message into the backlog first.
+            self.stream_push_locked(ctl, &mut tx);
+        }
+        if !tx.backlog.is_empty() {
+            // Keep order behind what is already queued.
+            if tx.backlog_bytes + g.len() > self.cfg.max_backlog {
+                drop(tx);
+                self.push_backlog(p);
+                return Err(Error::WouldBlock);
+            }
+            tx.backlog.push_back(Backlog::new(window, tag, &g, 0, &self.buf_pool));
+            tx.backlog_bytes += g.len();
+            self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
+            self.backlog_bytes.fetch_add(g.len(), Ordering::Relaxed);
+            self.push_locked(ctl, &mut tx);
+            p.shm_sent.add(1);
+            return Ok(());
+        }
+        let prod = tx.rings[window as usize].as_mut().unwrap();
+        let mut off = 0u64;
+        let mut done = prod.write(tag, &g, &mut off);
+        // Stream: keep copying while the receiver keeps draining (a write
+        // makes headway only when it freed space), but only while this
+        // process has nothing to receive: the receiver may be a sender
+        // waiting for room in *our* inbound ring (two-way traffic), and we
+        // cannot drain it from here.  Then queue the rest and return, so the
+        // caller's progress drains it.
+        let mut stall = Stall::for_message(g.len());
+        while !done {
+            self.ring_bell(ctl, window);
+            if self.inbound_pending() {
+                break;
+            }
+            std::hint::spin_loop();
+            done = prod.write(tag, &g, &mut off);
+            if !done && stall.stalled_at(g.len() - off) {
+                break;
+            }
+        }
+        if !done {
+            let b = Backlog::new(window, tag, &g, off, &self.buf_pool);
+            let n = b.left();
+            tx.backlog.push_back(b);
+            tx.backlog_bytes += n;
+            self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
+            self.backlog_bytes.fetch_add(n, Ordering::Relaxed);
+            if tx.rings[window as usize].as_mut().unwrap().set_waiting() {
+                self.push_locked(ctl, &mut tx);
+            }
+        }
+        p.shm_sent.add(1);
+        // Rung under `tx` so the skip is counted without a locked add.
+        if let Rang::Skipped = self.ring_bell_quiet(ctl, window) {
+            p.notifies_skipped.add(1);
+        }
+        drop(tx);
+        Ok(())
+    }
+
+    /// Push a peer's backlog into its rings as far as they take it.
+    pub(crate) fn push_locked(&self, ctl: &Control, tx: &mut PeerTx) {
+        let mut rang = [false; MAX_WINDOWS as usize];
+        loop {
+            let Some(b) = tx.backlog.front_mut() else { break };
+            let w = b.window as usize;
+            let prod = tx.rings[w].as_mut().expect("ring made before queueing");
+            let parts = [&b.data[(b.base - b.start) as usize..]];
+            let g = Gather::with_base(&parts, b.base, b.total);
+            let mut off = b.base;
+            let done = prod.write(b.tag, &g, &mut off);
+            let wrote = off - b.base;
+            rang[w] |= wrote > 0 || done;
+            b.base = off;
+            tx.backlog_bytes -= wrote;
+            self.backlog_bytes.fetch_sub(wrote, Ordering::Relaxed);
+            if done {
+                if let Some(b) = tx.backlog.pop_front() {
+                    self.buf_pool.give(b.data);
+                }
+                self.backlog_msgs.fetch_sub(1, Ordering::Relaxed);
+            } else if prod.set_waiting() {
+                continue;
+            } else {
+                break;
+            }
+        }
+        for (w, r) in rang.iter().enumerate() {
+            if *r {
+                self.ring_bell(ctl, w as u32);
+            }
+        }
+    }
+
+    /// push_locked until the backlog is empty, the receiver stopped
+    /// draining for STREAM_STALL_NS, or something arrived for us to
+    /// receive (see send_local).
+    pub(crate) fn stream_push_locked(&self, ctl: &Control, tx: &mut PeerTx) {
+        let mut stall = Stall::new(None);
+        loop {
+            self.push_locked(ctl, tx);
+            if tx.backlog.is_empty() || self.inbound_pending() || stall.stalled_at(tx.backlog_bytes) {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// While a send waits for room: does this process have something to
+    /// receive?  A sender that kept waiting would hold it up, and with it
+    /// whoever waits for room in our rings -- in two-way traffic, the very
+    /// receiver we wait on.  A window whose receive lock is taken counts:
+    /// another thread, or this one further up the stack (a send from a
+    /// receive callback), is delivering, and this wait cannot drain it.
+    pub(crate) fn inbound_pending(&self) -> bool {
+        let open = self.control.windows_open();
+        (0..open).any(|w| {
+            let win = &self.windows[w as usize];
+            if win.inbox_ready.load(Ordering::Acquire) || self.control.window(w).new_rings.load(Ordering::Relaxed) != 0 {
+                return true;
+            }
+            match win.rx.try_lock() {
+                Some(rx) => rx.rings.iter().any(|r| r.has_data()),
+                None => true,
+            }
+        })
+    }
+
+    pub(crate) fn push_backlog(&self, p: &Peer) {
+        if !p.local {
+            if let Some(c) = lock(&p.conn).clone() {
+                let _ = c.flush();
+            }
+            return;
+        }
+        let Ok(ctl) = self.peer_control(p) else { return };
+        if let Ok(mut tx) = p.tx.try_lock() {
+            if !tx.backlog.is_empty() {
+                self.push_locked(ctl, &mut tx);
+            }
+        }
+    }
+
+    pub(crate) fn push_all_backlogs(&self) {
+        if self.backlog_msgs.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let peers = self.peer_list();
+        for p in peers {
+            if p.local && !p.lost.load(Ordering::Relaxed) {
+                self.push_backlog(&p);
+            }
+        }
+    }
+
+    /// Map rings that senders announced for `window`.
+    pub(crate) fn discover_rings(&self, window: u32, rx: &mut WindowRx) {
+        let slot = self.control.window(window);
+        for (i, word) in slot.ring_bitmap.iter().enumerate() {
+            let bits = word.load(Ordering::Acquire);
+            if bits == 0 {
+                continue;
+            }
+            for b in 0..64 {
+                let src = (i * 64 + b) as u32;
+                if bits & (1 << b) == 0 || rx.known.contains(&src) {
+                    continue;
+                }
+                let open = || Consumer::open(&self.cfg.shm_dir, &self.cfg.job, src, self.cfg.task, window, self.cfg.max_message);
+                if src == self.cfg.task {
+                    if let Ok(c) = open() {
+                        rx.known.insert(src);
+                        rx.rings.push(c);
+                    }
+                    continue;
+                }
+                let p = self.peer_or_insert(src, true, None);
+                // The ring's name goes and its closed flag joins `inbound`
+                // in one step (see closed_in_order).
+                let mut inbound = lock(&p.inbound);
+                let Ok(c) = open() else { continue };
+                inbound.push(c.closed_flag());
+                drop(inbound);
+                rx.known.insert(src);
+                // A sender we never connected to: watch it, and map its
+                // control as a peer that connected would.
+                self.watch_pid(p, c.producer_pid());
+                if p.local {
+                    let _ = self.peer_control(p);
+                }
+                rx.rings.push(c);
+            }
+        }
+    }
+
+    /// After arming: may a queued send move now?  Re-raises each blocked
+    /// ring's producer_waiting flag (ring.rs, SYNC POINT R3) *after* our bell
+    /// is armed: a consumer that freed space before this saw the flag but
+    /// found us awake (its ring was skipped), so the head check here is what
+    /// catches that space; one that frees it later sees the flag and rings
+    /// an armed bell.
+    pub(crate) fn backlog_unblocked(&self) -> bool {
+        if self.backlog_msgs.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let peers = self.peer_list();
+        peers.iter().filter(|p| p.local && !p.lost.load(Ordering::Relaxed)).any(|p| match p.tx.try_lock() {
+            Ok(mut tx) => match tx.backlog.front().map(|b| b.window as usize) {
+                Some(w) => tx.rings[w].as_mut().is_some_and(|r| r.set_waiting()),
+                None => false,
+            },
+            // Another thread is pushing right now.
+            Err(_) => true,
+        })
+    }
+
+
+    /// The shared-memory part of a progress pass over `window`: map newly
+    /// announced rings, deliver from each (at most RING_BUDGET messages a
+    /// ring), and wake producers waiting for room.  None if another thread
+    /// holds the window's receive side.
+    pub(crate) fn poll_rings(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Option<usize> {
+        let w = &self.windows[window as usize];
+        let mut rx = w.rx.try_lock()?;
+        let slot = self.control.window(window);
+        if slot.new_rings.load(Ordering::Relaxed) != 0 && slot.new_rings.swap(0, Ordering::Acquire) != 0 {
+            self.discover_rings(window, &mut rx);
+        }
+        let mut delivered = 0;
+        let mut corrupt = vec![];
+        for (i, ring) in rx.rings.iter_mut().enumerate() {
+            let src = ring.src;
+            if ring.has_data() {
+                match ring.poll(RING_BUDGET, &mut |tag, data| cb(src, tag, data)) {
+                    Ok(n) => delivered += n,
+                    Err(_) => corrupt.push(i),
+                }
+            }
+            // Every pass, not only after consuming (ring.rs SYNC POINT R3).
+            if ring.take_producer_waiting() {
+                if let Ok(p) = self.peer(src) {
+                    if let Ok(ctl) = self.peer_control(p) {
+                        self.notify(ctl, 0);
+                    }
+                }
+            }
+        }
+        for i in corrupt.into_iter().rev() {
+            let src = rx.rings.remove(i).src;
+            self.peer_exited(src);
+        }
+        if delivered > 0 {
+            w.shm_received.add(delivered as u64);
+        }
+        Some(delivered)
+    }
+
+    /// Orderly close, shared-memory part: mark each ring we send on closed
+    /// (after our control segment's flag, set by the caller).  A ring its
+    /// receiver has not mapped yet keeps its file, so what we sent is still
+    /// delivered.
+    pub(crate) fn close_rings(&self) {
+        for p in self.peer_list() {
+            if !p.local {
+                continue;
+            }
+            let receiver_gone = p.lost.load(Ordering::Acquire)
+                || p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0);
+            let mut tx = lock(&p.tx);
+            for ring in tx.rings.iter_mut().flatten() {
+                ring.close(receiver_gone);
+            }
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The TCP path, endpoint side: opening a connection to a peer (with the
+//! handshake), the connection set that progress passes poll and the FLIH
+//! watches while someone sleeps, reading frames into a window's inbox,
+//! and closing connections.  The per-connection framing is in tcp.rs.
+
+use crate::address::Address;
+use crate::bell;
+use crate::config::MAX_WINDOWS;
+use crate::counters::bump;
+use crate::endpoint::{Inner, WindowLocal, CONNS_IN_FLIH, TOKEN_CONNS};
+use crate::error::{Error, Result};
+use crate::frame::{self, FrameHeader};
+use crate::peers::Peer;
+use crate::sync::lock;
+use crate::sys;
+use crate::tcp::{Conn, RxEnd, RxEvent, CONN_EVENTS};
+use nix::sys::epoll::{EpollEvent, EpollFlags};
+use std::io;
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) struct Inbound {
+    pub(crate) src: u32,
+    pub(crate) tag: u8,
+    pub(crate) data: Vec<u8>,
+}
+
+impl Inner {
+    pub(crate) fn tcp_conn(&self, p: &Peer) -> Result<Arc<Conn>> {
+        let mut slot = lock(&p.conn);
+        if let Some(c) = slot.as_ref() {
+            if !c.dead.load(Ordering::Acquire) {
+                return Ok(c.clone());
+            }
+            return Err(Error::PeerLost);
+        }
+        let addr = *p.addr.get().ok_or(Error::UnknownTask)?;
+        let stream = self.greet(&addr)?;
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(Conn::new(stream, token, p.task, self.buf_pool.clone(), self.conn_epoll.clone()).map_err(|_| Error::Network)?);
+        self.add_conn(&conn)?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Connect to `addr` and pass the handshake as its owner expects
+    /// (handshake.rs).  A listener flooded with strangers may close our
+    /// connection before its hello is read (pending.rs): try again then,
+    /// but not after a timeout (the listener is stopped or gone) or a
+    /// wrong answer.
+    pub(crate) fn greet(&self, addr: &Address) -> Result<TcpStream> {
+        const ATTEMPTS: usize = 3;
+        for _ in 0..ATTEMPTS {
+            let mut stream =
+                TcpStream::connect_timeout(&addr.tcp.into(), Duration::from_secs(5)).map_err(|_| Error::Network)?;
+            match crate::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret) {
+                Ok(()) => return Ok(stream),
+                Err(e) if matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset) => continue,
+                Err(_) => return Err(Error::Network),
+            }
+        }
+        Err(Error::Network)
+    }
+
+    /// Track a connection and put it in the connection set (edge-triggered:
+    /// whoever reads empties the socket: to EWOULDBLOCK or a short read).
+    ///
+    /// Then re-arm the FLIH's one-shot watch of the set: a thread that went
+    /// to sleep while there was no connection left it unarmed, and this
+    /// connection's first frame must still wake it.
+    pub(crate) fn add_conn(&self, c: &Arc<Conn>) -> Result<()> {
+        let mut conns = lock(&self.conns);
+        self.conn_epoll.add(&c.stream, EpollEvent::new(CONN_EVENTS, c.token)).map_err(|_| Error::Network)?;
+        conns.insert(c.token, c.clone());
+        self.conn_count.store(conns.len(), Ordering::Relaxed);
+        drop(conns);
+        self.arm_flih_for_conns();
+        Ok(())
+    }
+
+    /// FLIH: a connection passed the handshake as `conn.task()`.  It is the
+    /// task's send connection too unless we opened one to it first, or are
+    /// opening one now: a thread in `tcp_conn` holds the slot while it
+    /// waits for the peer's epoll thread, and ours must not wait for it.
+    pub(crate) fn accept_conn(&self, conn: Arc<Conn>) {
+        let p = self.peer_or_insert(conn.task(), false, None);
+        let slot = match p.conn.try_lock() {
+            Ok(slot) => Some(slot),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if let Some(mut slot) = slot {
+            if slot.is_none() {
+                *slot = Some(conn.clone());
+            }
+        }
+        // On failure the connection is dropped (closed) right here.
+        let _ = self.add_conn(&conn);
+    }
+
+    /// Handle what the connection set reports now, without blocking:
+    /// frames go to their window's inbox (and ring its bell), queued sends
+    /// go out on EPOLLOUT.  A connection another thread is reading is left
+    /// to that thread (it reads until the socket is empty).
+    pub(crate) fn poll_conns(&self) {
+        if self.conn_count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut events = [EpollEvent::empty(); 32];
+        loop {
+            let n = sys::epoll_wait(&self.conn_epoll, &mut events, 0).unwrap_or(0);
+            for ev in &events[..n] {
+                let (token, bits) = (ev.data(), ev.events());
+                let Some(conn) = lock(&self.conns).get(&token).cloned() else { continue };
+                let hup = EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP;
+                if bits.intersects(hup | EpollFlags::EPOLLIN) {
+                    self.conn_readable(&conn, bits.intersects(hup));
+                }
+                if bits.contains(EpollFlags::EPOLLOUT) {
+                    // The socket drained: push what senders queued.
+                    let _ = conn.flush();
+                }
+            }
+            if n < events.len() {
+                return;
+            }
+        }
+    }
+
+    /// Let the connection set wake the FLIH again (once: EPOLLONESHOT).  A
+    /// sleeper calls this after arming its bell, so a packet that arrived
+    /// before (still reported by the set) or after fires the FLIH, which
+    /// rings the bell.
+    pub(crate) fn arm_flih_for_conns(&self) {
+        let _ = self.epoll.modify(&self.conn_epoll.0, &mut EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS));
+    }
+
+    /// FLIH: a connection is ready while some thread sleeps.  Ring the armed
+    /// windows (the SLIH) and leave the socket to the thread that wakes: it
+    /// reads in its own progress pass, so the bytes cross to user space
+    /// once, in the thread that delivers them, and the FLIH goes back to
+    /// sleep after one syscall (reading here first cost block-mode TCP
+    /// 10-25% of its latency).  Woken threads consume the set's events, and
+    /// the next one to sleep re-arms the FLIH.
+    pub(crate) fn wake_sleepers_for_conns(&self) {
+        let open = self.control.windows_open();
+        for w in 0..open {
+            if self.control.window(w).bell.load(Ordering::Relaxed) & bell::ARMED != 0 {
+                self.wake_own(w);
+            }
+        }
+    }
+
+    /// A progress pass found a connection readable.  Frames go to their
+    /// window's inbox, then that window's bell rings (the SLIH).
+    pub(crate) fn conn_readable(&self, conn: &Arc<Conn>, hup: bool) {
+        let mut touched = [false; MAX_WINDOWS as usize];
+        let mut goodbye = false;
+        let mut released = false;
+        let end = conn.read_ready(hup, self.cfg.max_message, &self.rx_budget, &mut |ev| match ev {
+            RxEvent::Frame { window, tag, data } => {
+                let w = &self.windows[window as usize];
+                lock(&w.inbox).push_back(Inbound { src: conn.task(), tag, data });
+                w.inbox_ready.store(true, Ordering::Release);
+                touched[window as usize] = true;
+            }
+            RxEvent::Goodbye => goodbye = true,
+            RxEvent::Released => released = true,
+        });
+        let task = conn.task();
+        if goodbye {
+            if let Ok(p) = self.peer(task) {
+                p.gone.store(true, Ordering::Release);
+            }
+        }
+        for (w, t) in touched.iter().enumerate() {
+            if *t {
+                self.wake_own(w as u32);
+            }
+        }
+        match end {
+            RxEnd::Drained => {}
+            RxEnd::Throttled => lock(&self.throttled).push(conn.clone()),
+            RxEnd::Closed | RxEnd::Garbage => {
+                self.drop_conn(conn);
+                self.peer_exited(task);
+                released = true;
+            }
+        }
+        if released {
+            self.resume_throttled();
+        }
+    }
+
+    /// Budget was freed: let the connections that waited for it read on.
+    /// Read to EOF: a hang-up that came while one waited has no edge left.
+    pub(crate) fn resume_throttled(&self) {
+        let waiting = std::mem::take(&mut *lock(&self.throttled));
+        for c in waiting {
+            if !c.dead.load(Ordering::Acquire) {
+                self.conn_readable(&c, true);
+            }
+        }
+    }
+
+    pub(crate) fn drop_conn(&self, conn: &Conn) {
+        conn.dead.store(true, Ordering::Release);
+        let _ = self.conn_epoll.delete(&conn.stream);
+        let mut conns = lock(&self.conns);
+        conns.remove(&conn.token);
+        self.conn_count.store(conns.len(), Ordering::Relaxed);
+        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+
+    /// Send one message to a peer over its TCP connection (opened on first
+    /// use); a send that does not fit the socket is queued (tcp.rs).
+    pub(crate) fn send_tcp(&self, p: &Peer, window: u32, tag: u8, parts: &[&[u8]], len: u64) -> Result<()> {
+        let conn = self.tcp_conn(p)?;
+        let hdr = FrameHeader { len, window, tag, kind: frame::KIND_MESSAGE };
+        conn.send(hdr, parts, self.cfg.max_backlog)?;
+        bump(&self.counters.tcp_sent);
+        Ok(())
+    }
+
+    /// The TCP part of a progress pass: deliver the frames readers put in
+    /// this window's inbox.
+    pub(crate) fn drain_inbox(&self, w: &WindowLocal, cb: &mut dyn FnMut(u32, u8, &[u8])) -> usize {
+        if !w.inbox_ready.load(Ordering::Acquire) {
+            return 0;
+        }
+        w.inbox_ready.store(false, Ordering::Relaxed);
+        let batch: Vec<Inbound> = lock(&w.inbox).drain(..).collect();
+        let n = batch.len();
+        for m in batch {
+            cb(m.src, m.tag, &m.data);
+            self.buf_pool.give(m.data);
+        }
+        // Skip the counter RMW on the (hot) empty poll.
+        if n > 0 {
+            self.counters.tcp_received.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// Orderly close, TCP part: a goodbye frame to every connection, so
+    /// the peer takes our exit for a close, not a loss.
+    pub(crate) fn goodbye_tcp(&self) {
+        let conns: Vec<_> = lock(&self.conns).values().cloned().collect();
+        for c in conns {
+            let hdr = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_GOODBYE };
+            if c.send(hdr, &[], u64::MAX).is_ok() {
+                for _ in 0..1000 {
+                    if c.flush().unwrap_or(true) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Peers: who a task talks to, how it reaches them (connect), how it
+//! learns that one ended (pidfds, pid polls, goodbyes) and whether that
+//! was an orderly close or a loss.
+
+use crate::address::Address;
+use crate::config::MAX_WINDOWS;
+use crate::control::Control;
+use crate::counters::{bump, GuardedCount};
+use crate::endpoint::{Inner, Woke, PID_BIT};
+use crate::error::{Error, Result};
+use crate::path::shm::PeerTx;
+use crate::ring::ClosedFlag;
+use crate::sync::lock;
+use crate::sys;
+use crate::tcp::Conn;
+use nix::sys::epoll::{EpollEvent, EpollFlags};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub(crate) struct Peer {
+    pub(crate) task: u32,
+    /// Set by connect; unset for a peer first seen as a sender (a ring it
+    /// made to us, or its TCP hello) until we connect to it.
+    pub(crate) addr: OnceLock<Address>,
+    pub(crate) local: bool,
+    /// The peer's control segment (local peers): its bells and windows.
+    pub(crate) control: OnceLock<Control>,
+    /// Held while mapping `control`: each peer counts once in the
+    /// segment's `mapped_by` (control.rs), so it is mapped once.
+    pub(crate) control_opening: Mutex<()>,
+    pub(crate) tx: Mutex<PeerTx>,
+    /// The connection we send on (remote peers).
+    pub(crate) conn: Mutex<Option<Arc<Conn>>>,
+    pub(crate) lost: AtomicBool,
+    /// The peer said goodbye: its exit is not a loss.
+    pub(crate) gone: AtomicBool,
+    /// Its exit (or loss) was handled: reported once.
+    pub(crate) ended: AtomicBool,
+    pub(crate) watched: AtomicBool,
+    pub(crate) pidfd: Mutex<Option<OwnedFd>>,
+    /// Bit w: no ring to window w could be made (shm directory full), so
+    /// sends to it go over TCP, for good (shm_full.rs).  Set under `tx`.
+    pub(crate) tcp_windows: AtomicU32,
+    /// Its process id, once known (0 before): finds its control segment
+    /// after the name is gone (control.rs).
+    pub(crate) pid: AtomicU32,
+    /// The closed flags of the rings it sends us on: a receive-only peer's
+    /// orderly close shows there (ring.rs `Producer::close`).
+    pub(crate) inbound: Mutex<Vec<ClosedFlag>>,
+    /// Written under `tx` only (counters.rs).
+    pub(crate) shm_sent: GuardedCount,
+    pub(crate) notifies_skipped: GuardedCount,
+}
+
+impl Inner {
+    /// The peer record for `task`, made if it first shows up as a sender.
+    /// `task` < MAX_TASKS (addresses, hellos and ring bitmaps guarantee it).
+    pub(crate) fn peer_or_insert(&self, task: u32, local: bool, addr: Option<Address>) -> &Arc<Peer> {
+        self.peers.get_or_insert_with(task, || Peer {
+            task,
+            addr: addr.map(OnceLock::from).unwrap_or_default(),
+            local,
+            control: OnceLock::new(),
+            control_opening: Mutex::new(()),
+            tx: Mutex::new(PeerTx { rings: (0..MAX_WINDOWS).map(|_| None).collect(), ..Default::default() }),
+            conn: Mutex::new(None),
+            lost: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            watched: AtomicBool::new(false),
+            pidfd: Mutex::new(None),
+            tcp_windows: AtomicU32::new(0),
+            pid: AtomicU32::new(0),
+            inbound: Mutex::new(Vec::new()),
+            shm_sent: GuardedCount::default(),
+            notifies_skipped: GuardedCount::default(),
+        })
+    }
+
+    pub(crate) fn connect(&self, blob: &[u8]) -> Result<u32> {
+        let a = Address::decode(blob)?;
+        if a.job_hash != self.job_hash {
+            return Err(Error::BadAddress);
+        }
+        let local = !self.cfg.force_tcp && a.node_id == self.cfg.node_id;
+        let p = self.peer_or_insert(a.task, local, Some(a));
+        let addressed_now = p.addr.set(a).is_ok();
+        // A same-node peer known so far only by its hello (it reached us
+        // over TCP: no room for its ring, see shm_full.rs) stays on TCP,
+        // which also keeps the order of anything sent to it already.
+        let known_by_hello = addressed_now && !p.local && local;
+        if (p.local != local && !known_by_hello) || p.addr.get() != Some(&a) {
+            // The same task id with another address: a mix-up in the caller.
+            return Err(Error::BadAddress);
+        }
+        if a.node_id == self.cfg.node_id && a.task != self.cfg.task {
+            self.watch_pid(p, a.pid);
+        }
+        if p.local && a.task != self.cfg.task {
+            // Map its control segment now, not at the first send: its
+            // owner removes the name once its peers have (control.rs), and
+            // its closed flag tells an orderly exit from a death even if we
+            // never send to it.  A failure is reported by the first send.
+            let _ = self.peer_control(p);
+        }
+        Ok(a.task)
+    }
+
+    /// Put a same-host peer's pidfd in the FLIH's epoll set: its exit wakes us.
+    pub(crate) fn watch_pid(&self, p: &Peer, pid: u32) {
+        if p.watched.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        p.pid.store(pid, Ordering::Release);
+        match sys::pidfd_open(pid) {
+            Ok(fd) => self.watch_pidfd(p.task, fd),
+            // Already gone before we could watch it.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => self.peer_exited(p.task),
+            // No pidfd for a live process (kernel before 5.3, valgrind,
+            // EMFILE): that is no loss.  The FLIH checks the pid instead.
+            Err(_) => {
+                let mut polls = lock(&self.pid_polls);
+                polls.push((p.task, pid));
+                self.pid_polls_pending.store(polls.len(), Ordering::Release);
+                drop(polls);
+                let _ = self.pid_poll_kick.write(1);
+            }
+        }
+    }
+
+    pub(crate) fn watch_pidfd(&self, task: u32, fd: OwnedFd) {
+        let _ = self.epoll.add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, PID_BIT | task as u64));
+        if let Ok(p) = self.peer(task) {
+            *lock(&p.pidfd) = Some(fd);
+        }
+    }
+
+    /// FLIH: check the peers no pidfd watches.  A pidfd that can now be
+    /// had takes over; a process that is gone (or a zombie) has exited.
+    pub(crate) fn poll_pids(&self) {
+        // Reset the kick's count (EAGAIN when it is 0 already).
+        let _ = self.pid_poll_kick.read();
+        let mut exited = Vec::new();
+        let mut polls = lock(&self.pid_polls);
+        polls.retain(|&(task, pid)| {
+            if !sys::process_alive(pid) {
+                exited.push(task);
+                return false;
+            }
+            match sys::pidfd_open(pid) {
+                Ok(fd) => {
+                    self.watch_pidfd(task, fd);
+                    false
+                }
+                Err(_) => true,
+            }
+        });
+        // The count is only ever stored under the list's lock: it is the
+        // list's length, readable by the FLIH without the lock.
+        self.pid_polls_pending.store(polls.len(), Ordering::Release);
+        drop(polls);
+        for task in exited {
+            self.peer_exited(task);
+        }
+    }
+
+    pub(crate) fn peer_control<'p>(&self, p: &'p Peer) -> Result<&'p Control> {
+        if let Some(c) = p.control.get() {
+            return Ok(c);
+        }
+        let _opening = lock(&p.control_opening);
+        if let Some(c) = p.control.get() {
+            return Ok(c);
+        }
+        let pid = Some(p.pid.load(Ordering::Acquire)).filter(|&pid| pid != 0);
+        let c = Control::open(&self.cfg.shm_dir, &self.cfg.job, p.task, self.cfg.task, pid).map_err(|e| {
+            // Gone, in order or not: its segment went with it.
+            if p.ended.load(Ordering::Acquire) {
+                Error::PeerLost
+            } else if e == Error::ShmRefused {
+                e
+            } else {
+                Error::Shm
+            }
+        })?;
+        Ok(p.control.get_or_init(|| c))
+    }
+
+    /// A peer's process ended or its connection closed.  A goodbye (TCP),
+    /// or the closed flag of its control segment or of a ring it sends us
+    /// on (shared memory), makes it an orderly exit: every window gets a
+    /// peer-closed event, and the files it left for its receivers stay for
+    /// them.  Otherwise every window gets a peer-lost event, and we remove
+    /// what the dead task cannot.  Either is reported once.
+    pub(crate) fn peer_exited(&self, task: u32) {
+        let Ok(p) = self.peer(task) else { return };
+        if let Some(fd) = lock(&p.pidfd).take() {
+            let _ = self.epoll.delete(&fd);
+        }
+        if p.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let event = if self.closed_in_order(p) {
+            Woke::PeerClosed(task)
+        } else {
+            p.lost.store(true, Ordering::Release);
+            if p.local || p.watched.load(Ordering::Acquire) {
+                // A killed task cannot clean up after itself: we do.
+                crate::shm::unlink_task_files(&self.cfg.shm_dir, &self.cfg.job, task);
+            }
+            bump(&self.counters.peers_lost);
+            Woke::PeerLost(task)
+        };
+        let open = self.control.windows_open();
+        for w in 0..open {
+            let win = &self.windows[w as usize];
+            lock(&win.peer_events).push_back(event);
+            win.peer_events_ready.store(true, Ordering::Release);
+            self.wake_own(w);
+        }
+    }
+
+    /// Did `p` close its endpoint in order?  Its goodbye (TCP), its control
+    /// segment's closed flag, or the closed flag of a ring it sends us on:
+    /// one we mapped, or one still waiting under its name for us to map it
+    /// (a sender that closed before we polled, and whose control segment
+    /// we never mapped).  Holding `inbound` keeps discover_rings from
+    /// moving a ring from the second kind to the first meanwhile.
+    pub(crate) fn closed_in_order(&self, p: &Peer) -> bool {
+        if p.gone.load(Ordering::Acquire) || p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0) {
+            return true;
+        }
+        let inbound = lock(&p.inbound);
+        if inbound.iter().any(ClosedFlag::is_set) {
+            return true;
+        }
+        let (t, word, bit) = (self.cfg.task, p.task as usize / 64, 1u64 << (p.task % 64));
+        let open = self.control.windows_open();
+        p.local
+            && (0..open).any(|w| {
+                self.control.window(w).ring_bitmap[word].load(Ordering::Acquire) & bit != 0
+                    && crate::ring::closed_unmapped(&self.cfg.shm_dir, &self.cfg.job, p.task, t, w)
+            })
+    }
+
+}
