@@ -47,6 +47,11 @@ typedef struct mca_btl_doorbell_component_t {
     int port_range;
     bool force_tcp;
     bool single_copy;           /* offer btl_get (process_vm_readv) to same-node peers */
+    /* limits of the TCP module (the shm module's are the standard
+     * btl_doorbell_eager_limit, ... of mca_btl_base_param_register) */
+    size_t tcp_eager_limit;
+    size_t tcp_rndv_eager_limit;
+    size_t tcp_max_send_size;
     int verbose;
     int free_list_num;
     int free_list_max;
@@ -73,8 +78,18 @@ typedef struct {
     uint64_t spins_paid, spins_vain, probes;  /* for the verbose report */
 } mca_btl_doorbell_spin_learner_t;
 
+/* The component offers two modules over one core, as Open MPI pairs
+ * vader with tcp: the shm module reaches same-node peers (small eager
+ * limit, single-copy GET for larger messages), the TCP module the others
+ * (a large eager limit: no round trip before a message of up to 64 KiB).
+ * ob1 reads a module's limits and flags for every send, so each path gets
+ * the protocol that suits it.  The TCP module differs only in its limits,
+ * flags and fragment lists: everything else (the core, peers, pending and
+ * completed sends, progress and idle state) lives in the shm module, its
+ * `main`. */
 typedef struct mca_btl_doorbell_module_t {
     mca_btl_base_module_t super;
+    struct mca_btl_doorbell_module_t *main;   /* holder of the shared state */
 
     doorbell_endpoint *core;
     uint32_t my_task;
@@ -132,11 +147,12 @@ typedef struct mca_btl_doorbell_module_t {
     uint64_t single_copy_reads;       /* btl_get calls served by process_vm_readv */
 } mca_btl_doorbell_module_t;
 
-extern mca_btl_doorbell_module_t mca_btl_doorbell_module;
+extern mca_btl_doorbell_module_t mca_btl_doorbell_module;      /* shm, and the shared state */
+extern mca_btl_doorbell_module_t mca_btl_doorbell_tcp_module;  /* peers on other nodes */
 
 /* ---- module functions (btl_doorbell_module.c) ---- */
 int mca_btl_doorbell_module_init(mca_btl_doorbell_module_t *module, doorbell_endpoint *core,
-                                 uint32_t my_task);
+                                 uint32_t my_task, mca_btl_doorbell_module_t *main);
 int mca_btl_doorbell_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                                struct opal_proc_t **procs,
                                struct mca_btl_base_endpoint_t **endpoints,

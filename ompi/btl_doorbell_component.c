@@ -239,6 +239,15 @@ static int reg_uint(const char *name, const char *help, unsigned int *storage,
                                            MCA_BASE_VAR_SCOPE_READONLY, storage);
 }
 
+static int reg_size(const char *name, const char *help, size_t *storage,
+                    mca_base_var_info_lvl_t lvl)
+{
+    return mca_base_component_var_register(&mca_btl_doorbell_component.super.btl_version, name,
+                                           help, MCA_BASE_VAR_TYPE_SIZE_T, NULL, 0,
+                                           MCA_BASE_VAR_FLAG_SETTABLE, lvl,
+                                           MCA_BASE_VAR_SCOPE_READONLY, storage);
+}
+
 static int reg_int(const char *name, const char *help, int *storage, mca_base_var_info_lvl_t lvl)
 {
     return mca_base_component_var_register(&mca_btl_doorbell_component.super.btl_version, name,
@@ -397,17 +406,42 @@ static int doorbell_component_register(void)
                  &c->free_list_inc, OPAL_INFO_LVL_9);
     note_param_error(rc, "btl_doorbell_free_list_inc");
 
-    /* Standard BTL parameters (btl_doorbell_eager_limit, ...).  The core
-     * copies a message before send returns, so an eager message costs one
-     * copy on each side and saves the rendezvous round trip.  Measured with
-     * a 2-rank ping-pong (best of 7, shm): eager 64 KiB beat 16 KiB by
-     * 20-30% at 16-64 KiB and tied below; max_send 128 KiB beat 32 KiB
-     * and 512 KiB from 1 MiB up.  (vader: eager 4 KiB, max_send 32 KiB.) */
+    /* The TCP module's limits (see btl_doorbell.h for the two modules).
+     * Over TCP there is no single copy, and a rendezvous costs a network
+     * round trip: a large eager limit, as btl tcp has (64 KiB, 128 KiB). */
+    c->tcp_eager_limit = 64 * 1024;
+    rc = reg_size("tcp_eager_limit",
+                  "Eager limit (bytes) towards peers reached over TCP (other nodes, or every "
+                  "peer with btl_doorbell_force_tcp); btl_doorbell_eager_limit is the one of "
+                  "same-node peers",
+                  &c->tcp_eager_limit, OPAL_INFO_LVL_5);
+    note_param_error(rc, "btl_doorbell_tcp_eager_limit");
+    c->tcp_rndv_eager_limit = 64 * 1024;
+    rc = reg_size("tcp_rndv_eager_limit",
+                  "Bytes sent with a rendezvous request towards peers reached over TCP",
+                  &c->tcp_rndv_eager_limit, OPAL_INFO_LVL_5);
+    note_param_error(rc, "btl_doorbell_tcp_rndv_eager_limit");
+    c->tcp_max_send_size = 128 * 1024;
+    rc = reg_size("tcp_max_send_size",
+                  "Largest fragment (bytes) sent to a peer reached over TCP",
+                  &c->tcp_max_send_size, OPAL_INFO_LVL_5);
+    note_param_error(rc, "btl_doorbell_tcp_max_send_size");
+
+    /* Standard BTL parameters (btl_doorbell_eager_limit, ...): the shm
+     * module's.  Above the eager limit ob1 sends a contiguous message by
+     * RGET: the receiver reads it from the sender's memory in one copy
+     * (btl_doorbell_get.c), where an eager message costs a copy on each
+     * side.  OSU latency, 2 ranks, same run: eager 4 KiB against 64 KiB
+     * took 8 KiB from 1.87 to 1.25 us, 16 KiB 3.25 -> 1.61, 32 KiB 5.63 ->
+     * 2.16 (vader, also 4 KiB: 1.43, 1.63, 2.43).  Without single copy the
+     * init raises the defaults to the TCP module's (a rendezvous then
+     * costs a round trip and two copies).  max_send 128 KiB beat 32 KiB
+     * and 512 KiB from 1 MiB up for non-contiguous data. */
     /* Lowest: installing doorbell never displaces vader or tcp in jobs that
      * do not ask for it; `--mca btl self,doorbell` or LD_PRELOAD selects it. */
     m->btl_exclusivity = MCA_BTL_EXCLUSIVITY_LOW;
-    m->btl_eager_limit = 64 * 1024;
-    m->btl_rndv_eager_limit = 64 * 1024;
+    m->btl_eager_limit = 4 * 1024;
+    m->btl_rndv_eager_limit = 32 * 1024;
     m->btl_max_send_size = 128 * 1024;
     m->btl_rdma_pipeline_send_length = m->btl_eager_limit;
     m->btl_rdma_pipeline_frag_size = m->btl_max_send_size;
@@ -560,6 +594,17 @@ static bool validate_params(void)
         BAD("rndv_eager_limit", "%zu", m->btl_rndv_eager_limit,
             "must be <= btl_doorbell_max_send_size");
     }
+    if (c->tcp_eager_limit < 64) {
+        BAD("tcp_eager_limit", "%zu", c->tcp_eager_limit, "must be at least 64 (ob1's headers)");
+    }
+    if (c->tcp_max_send_size < c->tcp_eager_limit) {
+        BAD("tcp_max_send_size", "%zu", c->tcp_max_send_size,
+            "must be >= btl_doorbell_tcp_eager_limit");
+    }
+    if (c->tcp_rndv_eager_limit > c->tcp_max_send_size) {
+        BAD("tcp_rndv_eager_limit", "%zu", c->tcp_rndv_eager_limit,
+            "must be <= btl_doorbell_tcp_max_send_size");
+    }
 #undef BAD
     return true;
 }
@@ -606,11 +651,29 @@ static void explain_create_failure(int rc)
     }
 }
 
+/* Set btl_doorbell_<name> to `value` unless the user gave it a value. */
+static void keep_default_or(const char *name, size_t *storage, size_t value)
+{
+    mca_base_var_source_t source = MCA_BASE_VAR_SOURCE_DEFAULT;
+    int idx = mca_base_var_find("ompi", "btl", "doorbell", name);
+
+    if (idx < 0) {
+        idx = mca_base_var_find("opal", "btl", "doorbell", name);
+    }
+    if (idx >= 0) {
+        (void) mca_base_var_get_value(idx, NULL, &source, NULL);
+    }
+    if (MCA_BASE_VAR_SOURCE_DEFAULT == source) {
+        *storage = value;
+    }
+}
+
 static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
                                                        bool enable_progress_threads,
                                                        bool enable_mpi_threads)
 {
     mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
+    mca_btl_doorbell_module_t *tcp = &mca_btl_doorbell_tcp_module;
     mca_btl_base_module_t **modules;
     doorbell_config cfg;
     doorbell_endpoint *core = NULL;
@@ -721,18 +784,42 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
         return NULL;
     }
 
-    rc = mca_btl_doorbell_module_init(&mca_btl_doorbell_module, core, me.vpid);
+    if (!c->single_copy || c->force_tcp) {
+        /* No single copy: a small eager limit would only add round trips.
+         * Limits the user set stay as set. */
+        keep_default_or("eager_limit", &mca_btl_doorbell_module.super.btl_eager_limit,
+                        c->tcp_eager_limit);
+        keep_default_or("rndv_eager_limit", &mca_btl_doorbell_module.super.btl_rndv_eager_limit,
+                        c->tcp_rndv_eager_limit);
+    }
+    /* The TCP module: the shm module's functions, its own limits, no GET. */
+    tcp->super = mca_btl_doorbell_module.super;
+    tcp->super.btl_eager_limit = c->tcp_eager_limit;
+    tcp->super.btl_rndv_eager_limit = c->tcp_rndv_eager_limit;
+    tcp->super.btl_max_send_size = c->tcp_max_send_size;
+    tcp->super.btl_rdma_pipeline_send_length = c->tcp_eager_limit;
+    tcp->super.btl_rdma_pipeline_frag_size = c->tcp_max_send_size;
+
+    rc = mca_btl_doorbell_module_init(&mca_btl_doorbell_module, core, me.vpid,
+                                      &mca_btl_doorbell_module);
     if (OPAL_SUCCESS != rc) {
         (void) doorbell_endpoint_destroy(core);
         return NULL;
     }
+    rc = mca_btl_doorbell_module_init(tcp, core, me.vpid, &mca_btl_doorbell_module);
+    if (OPAL_SUCCESS != rc) {
+        tcp->main = NULL;
+        (void) mca_btl_doorbell_finalize(&mca_btl_doorbell_module.super);
+        return NULL;
+    }
 
-    modules = (mca_btl_base_module_t **) malloc(sizeof(*modules));
+    modules = (mca_btl_base_module_t **) malloc(2 * sizeof(*modules));
     if (NULL == modules) {
         (void) mca_btl_doorbell_finalize(&mca_btl_doorbell_module.super);
         return NULL;
     }
     modules[0] = &mca_btl_doorbell_module.super;
+    modules[1] = &tcp->super;
     c->module = &mca_btl_doorbell_module;
     if (c->single_copy && !c->force_tcp) {
         /* cleared again by add_procs for a peer that cannot be read */
@@ -743,7 +830,7 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
                             "btl doorbell: cannot hook Open MPI's idle point (sched_yield in "
                             "libopen-pal); this rank polls instead of sleeping");
     }
-    *num_btls = 1;
+    *num_btls = 2;
     return modules;
 }
 
@@ -755,6 +842,12 @@ void mca_btl_doorbell_recv_cb(void *ctx, uint32_t task, uint32_t window, uint8_t
 {
     mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) ctx;
     const mca_btl_active_message_callback_t *reg = mca_btl_base_active_message_trigger + tag;
+    /* ob1 finds its state for a message by the module that reached the
+     * sender (shm or TCP) */
+    mca_btl_doorbell_endpoint_t *ep = task < module->npeers_alloc ? module->peers[task] : NULL;
+    mca_btl_doorbell_module_t *via = NULL != ep ? ep->module
+                                   : (1 == doorbell_peer_path(module->core, task) ? module
+                                                                                 : &mca_btl_doorbell_tcp_module);
     mca_btl_base_segment_t segment = {.seg_addr.pval = (void *) data, .seg_len = len};
     mca_btl_base_descriptor_t des = {.des_segments = &segment, .des_segment_count = 1};
 
@@ -766,7 +859,7 @@ void mca_btl_doorbell_recv_cb(void *ctx, uint32_t task, uint32_t window, uint8_t
     }
     /* `data` is valid only during this call; so is the descriptor, which
      * is exactly ob1's contract for receive callbacks. */
-    reg->cbfunc(&module->super, tag, &des, reg->cbdata);
+    reg->cbfunc(&via->super, tag, &des, reg->cbdata);
 }
 
 /* Another BTL's traffic only moves when opal_progress spins, so sleeping

@@ -18,6 +18,7 @@ struct mca_btl_base_endpoint_t {
     struct opal_proc_t *proc;
     uint32_t task;              /* core task id (== proc vpid) */
     int path;                   /* doorbell_peer_path at connect: 1 shm, 2 tcp */
+    struct mca_btl_doorbell_module_t *module;  /* the module that reaches it (by path) */
     pid_t pid;                  /* the peer's process id (from its modex) */
     bool cma;                   /* its memory can be read: btl_get works */
 

@@ -11,6 +11,7 @@
 #include "opal_config.h"
 
 #include "btl_doorbell.h"
+#include "btl_doorbell_endpoint.h"
 
 BEGIN_C_DECLS
 
@@ -72,7 +73,9 @@ static inline void mca_btl_doorbell_frag_complete(mca_btl_doorbell_module_t *mod
     uint32_t flags = frag->base.des_flags;
 
     if ((flags & MCA_BTL_DES_SEND_ALWAYS_CALLBACK) && NULL != frag->base.des_cbfunc) {
-        frag->base.des_cbfunc(&module->super, frag->endpoint, &frag->base, status);
+        /* ob1 expects the module the descriptor was sent on */
+        mca_btl_doorbell_module_t *sent_on = NULL != frag->endpoint ? frag->endpoint->module : module;
+        frag->base.des_cbfunc(&sent_on->super, frag->endpoint, &frag->base, status);
     }
     if (flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP) {
         mca_btl_doorbell_frag_return(frag);

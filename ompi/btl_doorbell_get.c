@@ -77,7 +77,7 @@ int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_
                     size, endpoint->task, (int) endpoint->pid, strerror(errno));
         return OPAL_ERROR;
     }
-    ((mca_btl_doorbell_module_t *) btl)->single_copy_reads++;
+    ((mca_btl_doorbell_module_t *) btl)->main->single_copy_reads++;
     /* the data is in place: complete now, as vader's CMA get does */
     cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
     return OPAL_SUCCESS;

@@ -35,6 +35,9 @@ mca_btl_doorbell_module_t mca_btl_doorbell_module = {
     },
 };
 
+/* Filled in at init: the same functions, the TCP limits, no GET. */
+mca_btl_doorbell_module_t mca_btl_doorbell_tcp_module;
+
 /* ------------------------------------------------------------------ */
 /* endpoint class                                                      */
 
@@ -73,11 +76,12 @@ static int init_frag_list(opal_free_list_t *list, size_t bufsize)
 }
 
 int mca_btl_doorbell_module_init(mca_btl_doorbell_module_t *module, doorbell_endpoint *core,
-                                 uint32_t my_task)
+                                 uint32_t my_task, mca_btl_doorbell_module_t *main)
 {
     mca_btl_base_module_t *m = &module->super;
     int rc;
 
+    module->main = main;
     module->core = core;
     module->my_task = my_task;
     module->error_cb = NULL;
@@ -129,6 +133,7 @@ int mca_btl_doorbell_module_init(mca_btl_doorbell_module_t *module, doorbell_end
 static int doorbell_register_error(struct mca_btl_base_module_t *btl,
                                    mca_btl_base_module_error_cb_fn_t cbfunc)
 {
+    /* per module: ob1 registers with each */
     ((mca_btl_doorbell_module_t *) btl)->error_cb = cbfunc;
     return OPAL_SUCCESS;
 }
@@ -168,6 +173,7 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
                                                  struct opal_proc_t *proc)
 {
     mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
+    mca_btl_doorbell_module_t *main = module->main, *shm;
     mca_btl_doorbell_endpoint_t *ep;
     uint8_t *blob = NULL;
     size_t blob_len = 0;
@@ -184,12 +190,16 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
     if (proc->proc_name.vpid >= DOORBELL_MAX_TASKS) {
         return NULL;
     }
-    if (OPAL_SUCCESS != ensure_peer_slot(module, proc->proc_name.vpid)) {
+    if (OPAL_SUCCESS != ensure_peer_slot(main, proc->proc_name.vpid)) {
         return NULL;
     }
-    ep = module->peers[proc->proc_name.vpid];
+    ep = main->peers[proc->proc_name.vpid];
     if (NULL != ep) {
-        /* add_procs for a proc we already know: reuse */
+        /* a proc we already know (the other module's add_procs, or an
+         * earlier call): reachable here only if its path is this module's */
+        if (ep->module != module) {
+            return NULL;
+        }
         ep->deleted = false;
         return ep;
     }
@@ -228,7 +238,7 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
                     doorbell_error_string(path), path);
         return NULL;
     }
-    module->paths_seen |= 1u << path;
+    main->paths_seen |= 1u << path;
 
     /* node_id is a hash of the node name; Open MPI's own locality comes from
      * the runtime.  If they disagree, one of them is wrong and shm/tcp
@@ -250,25 +260,28 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
     ep->task = task;
     ep->path = path;
     ep->pid = (pid_t) head.pid;
+    /* same node: the shm module; elsewhere (or force_tcp): the TCP module */
+    ep->module = 1 == path ? main : &mca_btl_doorbell_tcp_module;
     /* single copy needs a same-node peer whose memory this process can
      * read; one that cannot be read ends GET for the endpoints bml adds
      * from now on (it reads the flag per endpoint, after add_procs) */
-    ep->cma = 1 == path && (module->super.btl_flags & MCA_BTL_FLAGS_GET) &&
+    shm = ep->module;
+    ep->cma = 1 == path && (shm->super.btl_flags & MCA_BTL_FLAGS_GET) &&
               mca_btl_doorbell_cma_probe(ep->pid, head.probe_address);
-    if (!ep->cma && (module->super.btl_flags & MCA_BTL_FLAGS_GET)) {
-        module->super.btl_flags &= ~MCA_BTL_FLAGS_GET;
+    if (1 == path && !ep->cma && (shm->super.btl_flags & MCA_BTL_FLAGS_GET)) {
+        shm->super.btl_flags &= ~MCA_BTL_FLAGS_GET;
         opal_output_verbose(1, c->output,
-                            "btl doorbell: %s cannot be read with process_vm_readv (%s); large "
-                            "messages to it and to later peers go through the ring",
-                            OPAL_NAME_PRINT(proc->proc_name),
-                            1 == path ? "other pid namespace or ptrace policy" : "reached over tcp");
+                            "btl doorbell: %s cannot be read with process_vm_readv (other pid "
+                            "namespace or ptrace policy); large messages to it and to later "
+                            "peers go through the ring",
+                            OPAL_NAME_PRINT(proc->proc_name));
     }
-    module->peers[task] = ep;
+    main->peers[task] = ep;
 
     opal_output_verbose(10, c->output, "btl doorbell: task %u -> %s is task %u via %s",
                         module->my_task, OPAL_NAME_PRINT(proc->proc_name), task,
                         mca_btl_doorbell_path_name(path));
-    return ep;
+    return ep->module == module ? ep : NULL;
 }
 
 int mca_btl_doorbell_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
@@ -279,7 +292,8 @@ int mca_btl_doorbell_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
     mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) btl;
     int rc = OPAL_SUCCESS;
 
-    OPAL_THREAD_LOCK(&module->lock);
+    /* the shared peer table's lock */
+    OPAL_THREAD_LOCK(&module->main->lock);
     for (size_t i = 0; i < nprocs; ++i) {
         mca_btl_doorbell_endpoint_t *ep = connect_proc(module, procs[i]);
 
@@ -291,7 +305,7 @@ int mca_btl_doorbell_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
             }
         }
     }
-    OPAL_THREAD_UNLOCK(&module->lock);
+    OPAL_THREAD_UNLOCK(&module->main->lock);
     return rc;
 }
 
@@ -341,7 +355,7 @@ int mca_btl_doorbell_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                                struct opal_proc_t **procs,
                                struct mca_btl_base_endpoint_t **endpoints)
 {
-    mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) btl;
+    mca_btl_doorbell_module_t *module = ((mca_btl_doorbell_module_t *) btl)->main;
 
     (void) procs;
     for (size_t i = 0; i < nprocs; ++i) {
@@ -411,12 +425,27 @@ static void report_counters(mca_btl_doorbell_module_t *module)
     }
 }
 
+/* The state every module has of its own (init_frag_list and module_init). */
+static void destruct_module_lists(mca_btl_doorbell_module_t *module)
+{
+    OBJ_DESTRUCT(&module->pending_endpoints);
+    OBJ_DESTRUCT(&module->pending_lock);
+    OBJ_DESTRUCT(&module->completed);
+    OBJ_DESTRUCT(&module->completed_lock);
+    OBJ_DESTRUCT(&module->lock);
+    OBJ_DESTRUCT(&module->max_frags);
+    OBJ_DESTRUCT(&module->eager_frags);
+}
+
 int mca_btl_doorbell_finalize(struct mca_btl_base_module_t *btl)
 {
     mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) btl;
+    mca_btl_doorbell_module_t *tcp = &mca_btl_doorbell_tcp_module;
     int rc;
 
-    if (NULL == module->core) {
+    /* The TCP module's fragments may still sit in the shared pending lists:
+     * the shm module finalizes both, whichever bml finalizes first. */
+    if (module != module->main || NULL == module->core) {
         return OPAL_SUCCESS;
     }
     module->finalizing = true;
@@ -458,13 +487,12 @@ int mca_btl_doorbell_finalize(struct mca_btl_base_module_t *btl)
     module->peers = NULL;
     module->npeers_alloc = 0;
 
-    OBJ_DESTRUCT(&module->pending_endpoints);
-    OBJ_DESTRUCT(&module->pending_lock);
-    OBJ_DESTRUCT(&module->completed);
-    OBJ_DESTRUCT(&module->completed_lock);
-    OBJ_DESTRUCT(&module->lock);
-    OBJ_DESTRUCT(&module->max_frags);
-    OBJ_DESTRUCT(&module->eager_frags);
+    destruct_module_lists(module);
+    if (tcp->main == module) {
+        tcp->main = NULL;
+        tcp->core = NULL;
+        destruct_module_lists(tcp);
+    }
     return OPAL_SUCCESS;
 }
 
@@ -505,10 +533,14 @@ void mca_btl_doorbell_peer_lost(mca_btl_doorbell_module_t *module, uint32_t task
         module->core = NULL;
         (void) doorbell_endpoint_destroy(core);
     }
-    if (NULL != module->error_cb) {
-        /* ob1's handler aborts the job through the runtime */
-        module->error_cb(&module->super, MCA_BTL_ERROR_FLAGS_FATAL,
-                         NULL != ep ? ep->proc : NULL, msg);
+    {
+        /* ob1's handler aborts the job through the runtime; it expects the
+         * module that reached the peer */
+        mca_btl_doorbell_module_t *owner = NULL != ep ? ep->module : module;
+        mca_btl_base_module_error_cb_fn_t cb = NULL != owner->error_cb ? owner->error_cb : module->error_cb;
+        if (NULL != cb) {
+            cb(&owner->super, MCA_BTL_ERROR_FLAGS_FATAL, NULL != ep ? ep->proc : NULL, msg);
+        }
     }
     /* no handler, or it returned: a rank that lost a peer cannot go on */
     opal_output(0, "%s; exiting", msg);

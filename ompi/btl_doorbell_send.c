@@ -102,7 +102,8 @@ int mca_btl_doorbell_send(struct mca_btl_base_module_t *btl,
                           struct mca_btl_base_endpoint_t *endpoint,
                           struct mca_btl_base_descriptor_t *descriptor, mca_btl_base_tag_t tag)
 {
-    mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) btl;
+    /* pending and completed sends are shared by both modules */
+    mca_btl_doorbell_module_t *module = ((mca_btl_doorbell_module_t *) btl)->main;
     mca_btl_doorbell_frag_t *frag = (mca_btl_doorbell_frag_t *) descriptor;
     int rc;
 
@@ -154,7 +155,9 @@ int mca_btl_doorbell_sendi(struct mca_btl_base_module_t *btl,
                            size_t payload_size, uint8_t order, uint32_t flags,
                            mca_btl_base_tag_t tag, mca_btl_base_descriptor_t **descriptor)
 {
-    mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) btl;
+    /* fragments come from this module's lists, sized for its limits */
+    mca_btl_doorbell_module_t *own = (mca_btl_doorbell_module_t *) btl;
+    mca_btl_doorbell_module_t *module = own->main;
     mca_btl_doorbell_frag_t *frag = NULL;
     int rc;
 
@@ -190,7 +193,7 @@ int mca_btl_doorbell_sendi(struct mca_btl_base_module_t *btl,
         uint32_t iov_count = 1;
         size_t max_data = payload_size;
 
-        frag = mca_btl_doorbell_frag_get(module, header_size + payload_size);
+        frag = mca_btl_doorbell_frag_get(own, header_size + payload_size);
         if (OPAL_UNLIKELY(NULL == frag)) {
             if (descriptor) {
                 *descriptor = NULL;
@@ -228,7 +231,7 @@ refused:
          * queues behind the refused sends. */
         if (descriptor) {
             if (NULL == frag) {
-                frag = mca_btl_doorbell_frag_get(module, header_size + payload_size);
+                frag = mca_btl_doorbell_frag_get(own, header_size + payload_size);
             }
             if (NULL != frag) {
                 frag->segments[0].seg_len = header_size + payload_size;

@@ -138,6 +138,24 @@ for np in 4 6; do
   fi
 done
 
+# ---- 1b. a job with peers on both paths ----
+# Each rank has a peer on its node (the shm module) and peers on the other
+# node (the TCP module): every pair swaps messages of every protocol size,
+# checked, and large ones between same-node ranks still go in one copy
+# (GET is the shm module's alone; the TCP module keeps btl tcp's limits).
+if "$MPICC" -O2 -Wall -Wextra -o "$BUILD/btl_probe" "$HERE/../../ompi/tests/btl_probe.c" >"$LOG" 2>&1 &&
+   run_mpi 120 4 $DB_BTL --mca btl_doorbell_verbose 1 -- "$BUILD/btl_probe" exchange; then
+  reads=$(grep -Eo 'rank [0-9]+ counters:.*single_copy_reads=[0-9]+' "$LOG" | sed -E 's/rank ([0-9]+) .*single_copy_reads=/\1 /' | sort -n)
+  zero=$(awk '$2 == 0 {print $1}' <<<"$reads" | tr '\n' ' ')
+  if [[ $(wc -l <<<"$reads") -eq 4 && -z $zero ]]; then
+    pass "netns/mixed-paths np=4 self,doorbell: checked exchange; same-node large messages single-copy on every rank ($(awk '{printf "%s%s", s, $2; s="/"}' <<<"$reads") reads)"
+  else
+    fail "netns/mixed-paths np=4 self,doorbell: no single-copy reads on rank(s) ${zero:-?}"; show_log
+  fi
+else
+  fail "netns/mixed-paths np=4 self,doorbell: exchange failed"; show_log
+fi
+
 # ---- 2. the suite, reference then doorbell ----
 # Three runs per BTL, each test of the suite once:
 #   np4:  the multi-rank programs at 4 ranks, nodeA:2,nodeB:2

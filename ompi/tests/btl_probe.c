@@ -34,9 +34,11 @@ static double cpu_seconds(void)
 
 static int exchange(int rank, int size)
 {
-    /* around the default eager limit (64 KiB, minus ob1's headers),
-     * max_send (128 KiB) and well past both */
-    static const size_t sizes[] = {0, 1, 100, 4096, 65000, 65536, 65537, 100000, 131073, 3 << 20};
+    /* around the default eager limits (4 KiB to same-node peers, 64 KiB
+     * over TCP, minus ob1's headers), the shm rndv_eager limit (32 KiB),
+     * max_send (128 KiB) and well past them */
+    static const size_t sizes[] = {0,     1,     100,   4000,   4096,    4097,   32769,
+                                   65000, 65536, 65537, 100000, 131073, 3 << 20};
     int bad = 0;
 
     for (int peer = 0; peer < size; ++peer) {
