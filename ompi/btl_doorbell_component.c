@@ -304,8 +304,7 @@ static int doorbell_component_register(void)
     rc = reg_uint("spin_us",
                   "adaptive wait mode: longest spin, in microseconds, of a blocking call that finds "
                   "nothing to do before it sleeps (shortened to 0 per path -- shm, tcp -- while "
-                  "messages keep arriving only after the spin; re-probed now and then)"
-                  "before a waiting rank goes to sleep",
+                  "messages keep arriving only after the spin; re-probed now and then)",
                   &c->spin_us, OPAL_INFO_LVL_4);
     note_param_error(rc, "btl_doorbell_spin_us");
 

@@ -68,7 +68,7 @@ grep_in ompi_info '^ *MCA btl: doorbell ' "ompi_info lists MCA btl: doorbell"
 
 run ompi_info_params timeout 60 ompi_info --param btl doorbell --level 9 || true
 for p in wait_mode spin_us sleep_max_us ring_size shm_dir if_include if_exclude port_min port_range \
-         force_tcp single_copy verbose eager_limit max_send_size; do
+         force_tcp single_copy verbose eager_limit max_send_size tcp_eager_limit tcp_max_send_size; do
     grep_in ompi_info_params "parameter \"btl_doorbell_$p\"" "parameter btl_doorbell_$p registered"
 done
 
@@ -155,6 +155,7 @@ bad_config() {
 }
 bad_config bad_wait_mode 'doorbell BTL has an invalid value' --mca btl_doorbell_wait_mode sometimes
 bad_config bad_ring_size 'Parameter: +btl_doorbell_ring_size' --mca btl_doorbell_ring_size 5000
+bad_config bad_tcp_limits 'Parameter: +btl_doorbell_tcp_max_send_size' --mca btl_doorbell_tcp_eager_limit 262144
 bad_config bad_shm_dir 'Directory: +/nonexistent-doorbell-dir' --mca btl_doorbell_shm_dir /nonexistent-doorbell-dir
 bad_config relative_shm_dir 'Problem: +not an absolute path' --mca btl_doorbell_shm_dir dev/shm
 bad_config bad_shm_dir_env 'From: +DOORBELL_SHM_DIR' -x DOORBELL_SHM_DIR=/etc/hostname
