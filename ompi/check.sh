@@ -122,6 +122,19 @@ if [ -n "$cpu" ] && awk -v c="$cpu" 'BEGIN {exit !(c < 10)}'; then
 else
     fail "MPI_Recv wait uses < 10% CPU (used ${cpu:-?}%)"
 fi
+# Adaptive mode over shared memory: a wait that a spin catches (here each
+# lasts one ~100 us copy of a 1 MiB RGET) must keep spinning, not learn to
+# sleep at once (it did when only arrivals within 50 us counted: ~3 sleeps
+# per swap, 2.5x vader's time).
+run bigpong "${MPIRUN[@]}" -np 2 --mca btl self,doorbell --mca btl_doorbell_verbose 1 \
+    "$WORK/btl_probe" bigpong 300 || true
+grep_in bigpong "probe bigpong: rank 0 300 swaps ok" "1 MiB ping-pong: data checked"
+sleeps=$(sed -n 's/.*btl doorbell: rank 0 counters:.* sleeps=\([0-9]*\) .*/\1/p' "$WORK/bigpong.out")
+if [ -n "$sleeps" ] && [ "$sleeps" -lt 30 ]; then
+    pass "1 MiB ping-pong, adaptive: waits spin, $sleeps sleeps in 300 swaps (< 30)"
+else
+    fail "1 MiB ping-pong, adaptive: waits spin ( ${sleeps:-?} sleeps in 300 swaps, want < 30)"
+fi
 # A rank computing between MPI_Test calls must never be put to sleep.
 run idle_compute "${MPIRUN[@]}" -np 2 --mca btl self,doorbell --mca btl_doorbell_verbose 1 \
     "$WORK/btl_probe" compute 1 || true

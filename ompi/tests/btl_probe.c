@@ -5,6 +5,8 @@
  *                        MPI_Recv and print the CPU share they used
  *   btl_probe compute SEC  like recv, but the waiters compute 200 us between
  *                        MPI_Test calls and print the slowest MPI_Test
+ *   btl_probe bigpong N  ranks 0 and 1 swap a 1 MiB message N times (RGET:
+ *                        each wait lasts one ~100 us copy), checked
  *   btl_probe die        rank 0 kills itself (SIGKILL) while the others wait
  *                        in MPI_Recv: the job must end, it must not hang
  * Exit status 0 only if every check passed. */
@@ -102,6 +104,28 @@ int main(int argc, char **argv)
 
     if (0 == strcmp(mode, "exchange")) {
         bad = exchange(rank, size);
+    } else if (0 == strcmp(mode, "bigpong")) {
+        const size_t n = 1 << 20;
+        int iters = argc > 2 ? atoi(argv[2]) : 200;
+        unsigned char *b = malloc(n);
+        for (size_t k = 0; k < n; ++k) {
+            b[k] = (unsigned char) (k * 7);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int i = 0; i < iters && rank < 2 && size > 1; ++i) {
+            if (0 == rank) {
+                MPI_Send(b, (int) n, MPI_BYTE, 1, 3, MPI_COMM_WORLD);
+                MPI_Recv(b, (int) n, MPI_BYTE, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Recv(b, (int) n, MPI_BYTE, 0, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(b, (int) n, MPI_BYTE, 0, 3, MPI_COMM_WORLD);
+            }
+        }
+        for (size_t k = 0; k < n; ++k) {
+            bad |= b[k] != (unsigned char) (k * 7);
+        }
+        free(b);
+        printf("probe bigpong: rank %d %d swaps %s\n", rank, iters, bad ? "CORRUPT" : "ok");
     } else if (0 == strcmp(mode, "die")) {
         int x = 0;
         MPI_Barrier(MPI_COMM_WORLD);
