@@ -249,8 +249,19 @@ pub struct Producer {
 }
 
 impl Producer {
+    /// Offset of byte position `pos` in the data area (`cap` is a power of
+    /// two, checked at create and open: a mask, not a division, which sat
+    /// on the critical path of every poll).
+    fn offset(&self, pos: u64) -> u64 {
+        pos & (self.cap - 1)
+    }
+
     /// Create the ring segment from `src` to (`dst`, `window`).
     pub fn create(dir: &str, job: &str, src: u32, dst: u32, window: u32, capacity: u32, bulk_max: u64) -> Result<Producer> {
+        // (Config::validate checks this too; `offset` relies on it.)
+        if !capacity.is_power_of_two() {
+            return Err(Error::InvalidArgument);
+        }
         let seg = Segment::create(dir, &ring_name(job, src, dst, window), HEADER_BYTES + capacity as usize, Owner::Unlocked)?;
         // SAFETY: the segment is new, HEADER_BYTES + capacity long and page
         // aligned, and not yet announced to anyone; no reference into it
@@ -303,7 +314,7 @@ impl Producer {
     /// SAFETY (caller): `pos + REC + len` is within the data area and the
     /// consumer has released those bytes (head accounting checked by caller).
     unsafe fn put(&mut self, rec: Record, msg: Option<(&Gather, u64)>) -> u64 {
-        let pos = self.tail % self.cap;
+        let pos = self.offset(self.tail);
         // SAFETY: pos + REC + rec.len is inside the data area and the
         // consumer released those bytes (the caller's contract); `at` is
         // 16-aligned (records are), so the 12-byte Record fits aligned; the
@@ -320,7 +331,7 @@ impl Producer {
         // caller's free() kept those bytes back.
         // SAFETY: both offsets are 16-aligned record starts inside the data
         // area ((pos + size) % cap wraps to 0 after the last record).
-        unsafe { stamp_at(self.data(), (pos + size) % self.cap) }.store(0, Ordering::Relaxed);
+        unsafe { stamp_at(self.data(), self.offset(pos + size)) }.store(0, Ordering::Relaxed);
         // SYNC POINT R1 (producer side): the record is complete.
         // SAFETY: as above.
         unsafe { stamp_at(self.data(), pos) }.store(stamp_for(self.tail), Ordering::Release);
@@ -347,7 +358,7 @@ impl Producer {
         }
         loop {
             let remaining = total - *offset;
-            let pos = self.tail % self.cap;
+            let pos = self.offset(self.tail);
             let to_end = self.cap - pos;
             let whole = REC + align16(remaining);
             // Refresh `head` whenever the cached view is short of the ideal write.
@@ -404,7 +415,7 @@ impl Producer {
     fn rewind_if_empty(&mut self, need: u64) {
         // SYNC POINT R2 (producer side).
         self.head_cache = self.hdr().head.load(Ordering::Acquire);
-        let pos = self.tail % self.cap;
+        let pos = self.offset(self.tail);
         if self.head_cache == self.tail && pos >= HOT_BYTES && need + REC <= pos {
             // SAFETY: the ring is empty, so the consumer released every byte and
             // the PAD header fits at the 16-aligned position.
@@ -419,7 +430,7 @@ impl Producer {
     fn write_bulk(&mut self, tag: u8, msg: &Gather) -> Option<bool> {
         let total = msg.len();
         let need = REC + BULK_REF_BYTES as u64;
-        let to_end = self.cap - self.tail % self.cap;
+        let to_end = self.cap - self.offset(self.tail);
         let pad = if to_end < need { to_end } else { 0 };
         if self.free(pad + need) < pad + need {
             return Some(false);
@@ -532,6 +543,11 @@ pub struct Consumer {
 }
 
 impl Consumer {
+    /// As `Producer::offset`.
+    fn offset(&self, pos: u64) -> u64 {
+        pos & (self.cap - 1)
+    }
+
     /// Map the ring from `src` to (`dst`, `window`) and unlink its file: from
     /// now on only the two mappings keep it alive.
     pub fn open(dir: &str, job: &str, src: u32, dst: u32, window: u32, max_message: u64) -> Result<Consumer> {
@@ -593,7 +609,7 @@ impl Consumer {
     fn stamp(&self, pos: u64) -> &AtomicU32 {
         // SAFETY: pos % cap is 16-aligned (head only moves by record sizes,
         // which are multiples of 16) and leaves a header's room in the ring.
-        unsafe { stamp_at(self.seg.base().add(HEADER_BYTES), pos % self.cap) }
+        unsafe { stamp_at(self.seg.base().add(HEADER_BYTES), self.offset(pos)) }
     }
 
     /// Deliver up to `budget` complete messages.  A record that breaks the
@@ -602,7 +618,7 @@ impl Consumer {
     pub fn poll(&mut self, budget: usize, deliver: &mut dyn FnMut(u8, &[u8])) -> Result<usize> {
         let mut n = 0;
         while n < budget {
-            let pos = self.head % self.cap;
+            let pos = self.offset(self.head);
             // SYNC POINT R1 (consumer side).
             match self.stamp(self.head).load(Ordering::Acquire) {
                 0 => break,
