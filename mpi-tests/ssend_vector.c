@@ -11,6 +11,12 @@
  *    contiguous block back and a receives it into a vector of blocklen 3 with
  *    stride 7 (resized extent); the gaps must stay untouched.  Small and large
  *    (rendezvous, pipelined) sizes, with MPI_Ssend.
+ * 3. Buffered sends: both partners MPI_Bsend a burst of 1 KiB and 32 KiB
+ *    messages (above the shm eager limit: rendezvous) from a buffer sized for
+ *    exactly one burst, receive the partner's burst, synchronise, repeat.
+ *    Once the partner has everything, every earlier Bsend must be complete
+ *    and its buffer space free: a completion left for a later progress pass
+ *    made the next burst fail with MPI_ERR_BUFFER.
  */
 #include "common.h"
 
@@ -129,6 +135,55 @@ static void vector_exchange(int partner, int a, int rows, int cols, int col)
     MPI_Type_free(&strided3r);
 }
 
+#define BURST 8
+#define BURSTS 3000
+
+static void bsend_bursts(int partner)
+{
+    int need = 0, one;
+    for (int k = 0; k < BURST; k++) {
+        MPI_Pack_size(k % 2 ? 32768 : 1024, MPI_BYTE, MPI_COMM_WORLD, &one);
+        need += one + MPI_BSEND_OVERHEAD;
+    }
+    unsigned char *att = t_malloc((size_t)need), *sb = t_malloc(32768), *rb = t_malloc(32768);
+    void *got;
+    int sz;
+    MPI_Buffer_attach(att, need);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    unsigned char *fallback = t_malloc((size_t)BURST * 32768);
+    for (int i = 0; i < BURSTS; i++) {
+        MPI_Request sent[BURST];
+        int nsent = 0;
+        for (int k = 0; k < BURST; k++) {
+            int len = k % 2 ? 32768 : 1024, rc;
+            t_fill(sb, (size_t)len, (uint64_t)(i * BURST + k) ^ ((uint64_t)t_rank << 32));
+            rc = MPI_Bsend(sb, len, MPI_BYTE, partner, 40 + k, MPI_COMM_WORLD);
+            CHECK(rc == MPI_SUCCESS, "burst %d: MPI_Bsend of %d bytes failed (error %d)", i, len, rc);
+            if (rc != MPI_SUCCESS) {
+                /* still deliver it, so the partner does not hang */
+                memcpy(fallback + (size_t)k * 32768, sb, (size_t)len);
+                MPI_Isend(fallback + (size_t)k * 32768, len, MPI_BYTE, partner, 40 + k, MPI_COMM_WORLD,
+                          &sent[nsent++]);
+            }
+        }
+        for (int k = 0; k < BURST; k++) {
+            int len = k % 2 ? 32768 : 1024;
+            MPI_Recv(rb, len, MPI_BYTE, partner, 40 + k, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            CHECK_PATTERN(rb, (size_t)len, (uint64_t)(i * BURST + k) ^ ((uint64_t)partner << 32),
+                          "burst %d message %d", i, k);
+        }
+        MPI_Waitall(nsent, sent, MPI_STATUSES_IGNORE);
+        MPI_Sendrecv(NULL, 0, MPI_BYTE, partner, 49, NULL, 0, MPI_BYTE, partner, 49, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
+    }
+    free(fallback);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Buffer_detach(&got, &sz);
+    free(att);
+    free(sb);
+    free(rb);
+}
+
 int main(int argc, char **argv)
 {
     int partner, a;
@@ -155,6 +210,9 @@ int main(int argc, char **argv)
             CHECK(count == 0 && st.MPI_SOURCE == partner && st.MPI_TAG == 30,
                   "empty Ssend: count %d source %d tag %d", count, st.MPI_SOURCE, st.MPI_TAG);
         }
+    }
+    if (partner >= 0) {
+        bsend_bursts(partner);
     }
     return t_finish("ssend_vector");
 }

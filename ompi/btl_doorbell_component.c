@@ -952,6 +952,15 @@ static int doorbell_component_progress(void)
         }
     }
 
+    /* Completions of sends made by the callbacks above (a rendezvous ACK
+     * schedules the rest of a message): run now, not at the next pass.  A
+     * caller whose wait this pass ends (the peer's reply came in the same
+     * pass) would otherwise find its earlier send still incomplete -- and a
+     * buffered send's space still taken (MPI_Bsend failed with
+     * MPI_ERR_BUFFER on a buffer sized for one burst). */
+    if (module->ncompleted) {
+        count += mca_btl_doorbell_drain_completed(module);
+    }
     /* A send since the last pass (this thread's or another's) is activity
      * too: a reply usually follows, so the wait starts afresh. */
     bool active = count > 0 || (module->send_activity && opal_atomic_swap_32(&module->send_activity, 0));
