@@ -38,9 +38,11 @@
  * A wait that spun longer, or its whole budget and then slept until a
  * message woke it, spun in vain.  After
  * SPIN_MISSES such waits in a row on a path, waits predicted for that path
- * (the path of the last message) sleep at once: a spin that never brings
- * the message sooner only costs CPU, and on a loaded node it holds the core
- * that would process the packet.  Every probe_gap-th wait spins the full
+ * (the path of the last message) spin short: over TCP not at all (a spin
+ * that never brings the message sooner only costs CPU, and on a loaded node
+ * it holds the core that would process the packet), over shared memory for
+ * SPIN_PAYS_NS, about what a wake-up costs, so short waits among long ones
+ * are still caught.  Every probe_gap-th wait spins the full
  * budget again as a probe: a message during it turns spinning back on; a
  * vain probe doubles the gap up to PROBE_GAP_MAX, so re-learning costs
  * little.
@@ -252,7 +254,11 @@ static void start_run(mca_btl_doorbell_module_t *m, uint64_t now)
         m->spin_ns = full;
     } else {
         l->until_probe--;
-        m->spin_ns = 0;
+        /* Over TCP a spin starves the packet it waits for: sleep at once.
+         * Over shared memory still spin as long as a wake-up costs, so the
+         * short waits among long ones (the gaps of a stream of large
+         * messages) are still caught: at most twice the best cost. */
+        m->spin_ns = PATH_TCP == p ? 0 : SPIN_PAYS_NS;
     }
 }
 
