@@ -191,6 +191,8 @@
  */
 #define DOORBELL_RING_HEADER_BYTES 256
 
+#define QUEUE_HEADER_BYTES 4352
+
 /*
  Opaque per-process endpoint.  Any thread may send; each window should be
  progressed by one thread at a time (a concurrent progress of the same

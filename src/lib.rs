@@ -46,6 +46,8 @@ mod peers;
 #[cfg(not(loom))]
 mod pending;
 #[cfg(not(loom))]
+mod queue;
+#[cfg(not(loom))]
 mod preload;
 #[cfg(not(loom))]
 mod ring;

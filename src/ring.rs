@@ -66,19 +66,19 @@ pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"DBRING\0\0");
 /// 4: producer_closed, consumer_mapped.
 pub const RING_VERSION: u32 = 4;
 pub const HEADER_BYTES: usize = 256;
-const REC: u64 = 16;
+pub(crate) const REC: u64 = 16;
 /// Largest reassembly buffer a consumer keeps for the next message.
-const SPARE_MAX: usize = 16 << 20;
+pub(crate) const SPARE_MAX: usize = 16 << 20;
 /// The part of the ring a trickle of small messages cycles through.
-const HOT_BYTES: u64 = 4096;
+pub(crate) const HOT_BYTES: u64 = 4096;
 /// A large message is not cut into chunks smaller than this.
-const MIN_CHUNK: u64 = 256;
+pub(crate) const MIN_CHUNK: u64 = 256;
 
-const FIRST: u8 = 1;
-const LAST: u8 = 2;
-const PAD: u8 = 4;
+pub(crate) const FIRST: u8 = 1;
+pub(crate) const LAST: u8 = 2;
+pub(crate) const PAD: u8 = 4;
 /// FIRST | LAST | BULK: the payload is a BulkRef, the message is in a slot.
-const BULK: u8 = 8;
+pub(crate) const BULK: u8 = 8;
 
 #[repr(C)]
 pub struct RingHeader {
@@ -111,32 +111,45 @@ pub struct RingHeader {
 /// A record header's first 12 bytes; its stamp, an AtomicU32, follows.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct Record {
+pub(crate) struct Record {
     /// Payload bytes in this record.
-    len: u32,
+    pub(crate) len: u32,
     /// Whole message length (FIRST records).
-    total: u32,
-    tag: u8,
-    flags: u8,
-    _pad: [u8; 2],
+    pub(crate) total: u32,
+    pub(crate) tag: u8,
+    pub(crate) flags: u8,
+    /// The sending task (queue.rs, where many senders share one queue;
+    /// 0 in a ring, which has one sender).  MAX_TASKS fits in 16 bits.
+    pub(crate) src: u16,
 }
 
 impl Record {
-    fn new(len: u64, total: u64, tag: u8, flags: u8) -> Record {
-        Record { len: len as u32, total: total as u32, tag, flags, _pad: [0; 2] }
+    pub(crate) fn new(len: u64, total: u64, tag: u8, flags: u8) -> Record {
+        Record { len: len as u32, total: total as u32, tag, flags, src: 0 }
+    }
+
+    /// Bytes the record takes in the data area at offset `pos` of a `cap`-byte ring.
+    pub(crate) fn size_at(&self, pos: u64, cap: u64) -> u64 {
+        if self.flags & PAD != 0 {
+            cap - pos
+        } else {
+            REC + align16(self.len as u64)
+        }
     }
 }
 
-const STAMP_AT: u64 = 12;
+const _: () = assert!(crate::config::MAX_TASKS <= 1 << 16);
+
+pub(crate) const STAMP_AT: u64 = 12;
 
 /// The stamp of a record at position `pos`: never 0 (0 is "not yet").
-fn stamp_for(pos: u64) -> u32 {
+pub(crate) fn stamp_for(pos: u64) -> u32 {
     (pos >> 4) as u32 | 1 << 31
 }
 
 /// The stamp word of the record at data offset `off`.
 /// SAFETY (caller): `data + off + REC` is inside the mapping, `off` 16-aligned.
-unsafe fn stamp_at<'a>(data: *mut u8, off: u64) -> &'a AtomicU32 {
+pub(crate) unsafe fn stamp_at<'a>(data: *mut u8, off: u64) -> &'a AtomicU32 {
     // SAFETY: in the mapping and 4-aligned (off is 16-aligned, STAMP_AT 12)
     // by the caller's contract; the stamp word is only ever accessed as an
     // AtomicU32 (from both processes), and the mapping outlives the ring.
@@ -152,7 +165,7 @@ const _: () = assert!(std::mem::offset_of!(RingHeader, producer_closed) == 32);
 const _: () = assert!(std::mem::offset_of!(RingHeader, producer_waiting) == 192);
 const _: () = assert!(std::mem::size_of::<Record>() as u64 == STAMP_AT && STAMP_AT + 4 == REC);
 
-fn align16(n: u64) -> u64 {
+pub(crate) fn align16(n: u64) -> u64 {
     (n + 15) & !15
 }
 
@@ -181,7 +194,7 @@ impl<'a> Gather<'a> {
 
     /// Copy `len` bytes starting at message offset `from` to `dst`.
     /// SAFETY (caller): `dst` is valid for `len` writes.
-    unsafe fn copy_to(&self, mut dst: *mut u8, from: u64, mut len: u64) {
+    pub(crate) unsafe fn copy_to(&self, mut dst: *mut u8, from: u64, mut len: u64) {
         let mut from = from - self.base;
         for p in self.parts {
             if len == 0 {
