@@ -180,18 +180,20 @@
 #define DOORBELL_MAX_WINDOWS 16
 
 /*
- Bytes of a task's control segment in the shared-memory directory
- (reserved whole at doorbell_endpoint_create).
+ Bytes of a task's control segment before its queues.  Creating an
+ endpoint reserves these plus window 0's queue (DOORBELL_QUEUE_HEADER_BYTES
+ + ring_bytes) in the shared-memory directory; each further window
+ opened reserves one more queue.  Nothing else grows with the peers
+ (bulk buffers for messages over ring_bytes / 4 aside).
  */
-#define DOORBELL_CONTROL_BYTES 33856
+#define DOORBELL_CONTROL_BYTES 4096
 
 /*
- Bytes of a ring segment beyond its ring_bytes (reserved whole at the
- first send to a same-node (task, window)).
+ Bytes of a window's inbound queue beyond its ring_bytes.
  */
-#define DOORBELL_RING_HEADER_BYTES 256
+#define DOORBELL_QUEUE_HEADER_BYTES 69888
 
-#define QUEUE_HEADER_BYTES 4352
+#define QUEUE_HEADER_BYTES (4352 + (4 * (size_t)MAX_TASKS))
 
 /*
  Opaque per-process endpoint.  Any thread may send; each window should be
@@ -221,7 +223,8 @@ typedef struct doorbell_config {
    */
   const char *shm_dir;
   /*
-   Per-pair ring bytes, a power of 2 in 4 KiB..1 GiB; 0: 1 MiB.
+   Data bytes of each window's inbound queue (all local senders to the
+   window share it), a power of 2 in 4 KiB..1 GiB; 0: 512 KiB.
    */
   uint32_t ring_bytes;
   /*
@@ -251,7 +254,7 @@ typedef struct doorbell_config {
   uint16_t port_max;
   /*
    Messages over ring_bytes / 4 and up to this many bytes go through a
-   per-ring double buffer of two message-sized slots (one copy on each
+   per-(sender, receiver, window) double buffer of two message-sized slots (one copy on each
    side) instead of ring chunks; 0: 64 MiB; at most 1 GiB; 1: never.
    */
   uint32_t bulk_max_bytes;

@@ -149,7 +149,7 @@ impl Endpoint {
         listener.set_nonblocking(true).map_err(|_| Error::Network)?;
         let port = listener.local_addr().map_err(|_| Error::Network)?.port();
         crate::shm::reap_dead_tasks(&cfg.shm_dir);
-        let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers)?;
+        let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers, cfg.ring_bytes)?;
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?;
         let eventfd = || EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(|_| Error::Internal);
         let readable = |token| EpollEvent::new(EpollFlags::EPOLLIN, token);
@@ -232,6 +232,9 @@ impl Endpoint {
             if n >= MAX_WINDOWS {
                 return Err(Error::InvalidArgument);
             }
+            // Its queue is reserved before senders can see the window open:
+            // a full shm directory is an error here, never a SIGBUS later.
+            self.inner.control.reserve_window(n)?;
             match h.windows_open.compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(n),
                 Err(now) => n = now,
@@ -415,7 +418,7 @@ impl Inner {
         let mut d = Delivered::default();
         let w = &self.windows[window as usize];
         // Another thread is delivering this window: it reports.
-        let Some(shm) = self.poll_rings(window, cb) else { return d };
+        let Some(shm) = self.poll_queue(window, cb) else { return d };
         d.shm = shm;
         self.poll_conns();
         d.tcp = self.drain_inbox(w, cb);
@@ -453,7 +456,7 @@ impl Inner {
     /// keeps its file, so what we sent is still delivered.
     pub(crate) fn say_goodbye(&self) {
         self.control.header().closed.store(1, Ordering::Release);
-        self.close_rings();
+        self.close_queues();
         self.goodbye_tcp();
     }
 }

@@ -96,15 +96,17 @@ pub const DOORBELL_MAX_WINDOWS: u32 = 16;
 const _: () = assert!(DOORBELL_ADDRESS_MAX == ADDRESS_MAX && DOORBELL_MAX_TASKS == MAX_TASKS);
 const _: () = assert!(DOORBELL_MAX_WINDOWS == MAX_WINDOWS);
 
-/// Bytes of a task's control segment in the shared-memory directory
-/// (reserved whole at doorbell_endpoint_create).
-pub const DOORBELL_CONTROL_BYTES: usize = 33856;
-/// Bytes of a ring segment beyond its ring_bytes (reserved whole at the
-/// first send to a same-node (task, window)).
-pub const DOORBELL_RING_HEADER_BYTES: usize = 256;
+/// Bytes of a task's control segment before its queues.  Creating an
+/// endpoint reserves these plus window 0's queue (DOORBELL_QUEUE_HEADER_BYTES
+/// + ring_bytes) in the shared-memory directory; each further window
+/// opened reserves one more queue.  Nothing else grows with the peers
+/// (bulk buffers for messages over ring_bytes / 4 aside).
+pub const DOORBELL_CONTROL_BYTES: usize = 4096;
+/// Bytes of a window's inbound queue beyond its ring_bytes.
+pub const DOORBELL_QUEUE_HEADER_BYTES: usize = 69888;
 
 const _: () = assert!(DOORBELL_CONTROL_BYTES == crate::control::CONTROL_BYTES);
-const _: () = assert!(DOORBELL_RING_HEADER_BYTES == crate::ring::HEADER_BYTES);
+const _: () = assert!(DOORBELL_QUEUE_HEADER_BYTES == crate::queue::QUEUE_HEADER_BYTES);
 
 /// Opaque per-process endpoint.  Any thread may send; each window should be
 /// progressed by one thread at a time (a concurrent progress of the same
@@ -124,7 +126,8 @@ pub struct doorbell_config {
     pub job: *const c_char,
     /// NULL: env DOORBELL_SHM_DIR or "/dev/shm".
     pub shm_dir: *const c_char,
-    /// Per-pair ring bytes, a power of 2 in 4 KiB..1 GiB; 0: 1 MiB.
+    /// Data bytes of each window's inbound queue (all local senders to the
+    /// window share it), a power of 2 in 4 KiB..1 GiB; 0: 512 KiB.
     pub ring_bytes: u32,
     /// DOORBELL_WAIT_*; DEFAULT: env DOORBELL_WAIT_MODE (poll|block|adaptive) or adaptive.
     pub wait_mode: u32,
@@ -140,7 +143,7 @@ pub struct doorbell_config {
     pub port_min: u16,
     pub port_max: u16,
     /// Messages over ring_bytes / 4 and up to this many bytes go through a
-    /// per-ring double buffer of two message-sized slots (one copy on each
+    /// per-(sender, receiver, window) double buffer of two message-sized slots (one copy on each
     /// side) instead of ring chunks; 0: 64 MiB; at most 1 GiB; 1: never.
     pub bulk_max_bytes: u32,
     /// Largest message; 0: 1 GiB; at most 4 GiB - 1.

@@ -9,7 +9,6 @@ use crate::counters::{bump, GuardedCount};
 use crate::endpoint::{Inner, Woke, PID_BIT};
 use crate::error::{Error, Result};
 use crate::path::shm::PeerTx;
-use crate::ring::ClosedFlag;
 use crate::sync::lock;
 use crate::sys;
 use crate::tcp::Conn;
@@ -45,9 +44,6 @@ pub(crate) struct Peer {
     /// Its process id, once known (0 before): finds its control segment
     /// after the name is gone (control.rs).
     pub(crate) pid: AtomicU32,
-    /// The closed flags of the rings it sends us on: a receive-only peer's
-    /// orderly close shows there (ring.rs `Producer::close`).
-    pub(crate) inbound: Mutex<Vec<ClosedFlag>>,
     /// Written under `tx` only (counters.rs).
     pub(crate) shm_sent: GuardedCount,
     pub(crate) notifies_skipped: GuardedCount,
@@ -63,7 +59,7 @@ impl Inner {
             local,
             control: OnceLock::new(),
             control_opening: Mutex::new(()),
-            tx: Mutex::new(PeerTx { rings: (0..MAX_WINDOWS).map(|_| None).collect(), ..Default::default() }),
+            tx: Mutex::new(PeerTx { queues: (0..MAX_WINDOWS).map(|_| None).collect(), ..Default::default() }),
             conn: Mutex::new(None),
             lost: AtomicBool::new(false),
             gone: AtomicBool::new(false),
@@ -72,7 +68,6 @@ impl Inner {
             pidfd: Mutex::new(None),
             tcp_windows: AtomicU32::new(0),
             pid: AtomicU32::new(0),
-            inbound: Mutex::new(Vec::new()),
             shm_sent: GuardedCount::default(),
             notifies_skipped: GuardedCount::default(),
         })
@@ -222,26 +217,13 @@ impl Inner {
     }
 
     /// Did `p` close its endpoint in order?  Its goodbye (TCP), its control
-    /// segment's closed flag, or the closed flag of a ring it sends us on:
-    /// one we mapped, or one still waiting under its name for us to map it
-    /// (a sender that closed before we polled, and whose control segment
-    /// we never mapped).  Holding `inbound` keeps discover_rings from
-    /// moving a ring from the second kind to the first meanwhile.
+    /// segment's closed flag, or its bit in the closed set of one of our
+    /// queues (a sender whose control segment we could not map: it closed
+    /// and exited before our first poll saw its messages).
     pub(crate) fn closed_in_order(&self, p: &Peer) -> bool {
-        if p.gone.load(Ordering::Acquire) || p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0) {
-            return true;
-        }
-        let inbound = lock(&p.inbound);
-        if inbound.iter().any(ClosedFlag::is_set) {
-            return true;
-        }
-        let (t, word, bit) = (self.cfg.task, p.task as usize / 64, 1u64 << (p.task % 64));
-        let open = self.control.windows_open();
-        p.local
-            && (0..open).any(|w| {
-                self.control.window(w).ring_bitmap[word].load(Ordering::Acquire) & bit != 0
-                    && crate::ring::closed_unmapped(&self.cfg.shm_dir, &self.cfg.job, p.task, t, w)
-            })
+        p.gone.load(Ordering::Acquire)
+            || p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0)
+            || (p.local && self.closed_in_our_queues(p.task))
     }
 
 }

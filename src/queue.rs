@@ -4,12 +4,13 @@
 //! with the number of ranks, not with its square.
 //!
 //! ```text
-//! QueueHeader (4352 B)
+//! QueueHeader (69888 B)
 //!   line 0   lock (holder's pid or 0), tail, next_rewind_check  (producers)
 //!   line 1   head                                                (consumer)
 //!   line 2   any_waiting                                         (both)
 //!   waiting[MAX_TASKS bits]  senders that wait for room
 //!   closed[MAX_TASKS bits]   senders that closed in order
+//!   pids[MAX_TASKS]          each sender's pid (to watch it)
 //! data[capacity]  records exactly as in a ring (ring.rs), each naming its sender
 //! ```
 //!
@@ -85,9 +86,12 @@ pub struct QueueHeader {
     pub waiting: [AtomicU64; WORDS],
     /// Bit t: sender task t closed in order; its exit is not a loss.
     pub closed: [AtomicU64; WORDS],
+    /// Sender task t's pid, stored before its first record: the receiver
+    /// watches a sender it never connected to.
+    pub pids: [AtomicU32; MAX_TASKS as usize],
 }
 
-pub const QUEUE_HEADER_BYTES: usize = 4352;
+pub const QUEUE_HEADER_BYTES: usize = 4352 + 4 * MAX_TASKS as usize;
 
 // SAFETY: repr(C), integers and atomics only, all-zero is valid (an empty
 // queue at position 0, unlocked, nobody waiting or closed).
@@ -147,6 +151,11 @@ impl QueueRef {
         unsafe { stamp_at(self.data(), pos % self.cap) }
     }
 
+    /// The pid sender `task` stored (0: none yet).
+    pub fn sender_pid(&self, task: u32) -> u32 {
+        self.hdr().pids.get(task as usize).map_or(0, |p| p.load(Ordering::Acquire))
+    }
+
     /// Has sender `task` closed in order?  (Its bit in `closed`.)
     pub fn sender_closed(&self, task: u32) -> bool {
         let (w, b) = bit(task);
@@ -194,6 +203,7 @@ impl QueueProducer {
         if id.src >= MAX_TASKS || pid == 0 {
             return Err(Error::InvalidArgument);
         }
+        q.hdr().pids[id.src as usize].store(pid, Ordering::Release);
         Ok(QueueProducer {
             q,
             me: id.src,
@@ -349,7 +359,9 @@ impl QueueProducer {
     fn write_locked(&mut self, tag: u8, msg: &Gather, offset: &mut u64) -> bool {
         let total = msg.len();
         let cap = self.cap();
-        let bulk = *offset == 0 && REC + align16(total) > cap / 4 && total <= self.bulk_max;
+        // Up to a quarter of the queue sits whole (a 128 KiB fragment in
+        // the default 512 KiB queue): counted in payload, not record, bytes.
+        let bulk = *offset == 0 && align16(total) > cap / 4 && total <= self.bulk_max;
         if self.tail >= self.next_rewind_check {
             self.rewind_if_empty(if bulk { REC + BULK_REF_BYTES as u64 } else { REC + align16(total - *offset) });
         }
@@ -375,7 +387,7 @@ impl QueueProducer {
                 *offset = total;
                 return true;
             }
-            if *offset == 0 && whole <= cap / 4 {
+            if *offset == 0 && whole <= cap / 4 + REC {
                 if free >= to_end + whole {
                     // SAFETY: to_end <= free; a PAD header fits (16-aligned).
                     unsafe { self.put(rec(0, PAD), None) };
