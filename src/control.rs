@@ -86,12 +86,6 @@ fn queue_at(w: u32, queue_bytes: u64) -> usize {
     CONTROL_BYTES + w as usize * QueueRef::bytes(queue_bytes) as usize
 }
 
-/// Bytes a control segment with `queue_bytes` queues reserves for its
-/// first window (what creating it needs in the shm directory).
-pub fn reserved_at_create(queue_bytes: u64) -> u64 {
-    queue_at(1, queue_bytes) as u64
-}
-
 fn file_len(queue_bytes: u64) -> usize {
     queue_at(MAX_WINDOWS, queue_bytes)
 }

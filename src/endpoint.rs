@@ -110,8 +110,6 @@ pub(crate) struct Inner {
     /// Bytes in those messages not yet in a ring (to see a stream move).
     pub(crate) backlog_bytes: AtomicU64,
     pub(crate) parker: SharedFutex,
-    /// The "no room for a ring" warning was printed (once per endpoint).
-    pub(crate) shm_full_warned: AtomicBool,
     /// The FLIH thread failed (flih.rs): progress and wait report it.
     pub(crate) flih_failed: AtomicBool,
 }
@@ -193,7 +191,6 @@ impl Endpoint {
             backlog_msgs: AtomicU64::new(0),
             backlog_bytes: AtomicU64::new(0),
             parker: SharedFutex,
-            shm_full_warned: AtomicBool::new(false),
             flih_failed: AtomicBool::new(false),
         });
         let flih_inner = inner.clone();
@@ -244,7 +241,7 @@ impl Endpoint {
 
     pub fn peer_path(&self, task: u32) -> Result<u32> {
         let p = self.inner.peer(task)?;
-        Ok(if p.local && p.tcp_windows.load(Ordering::Acquire) == 0 { 1 } else { 2 })
+        Ok(if p.local { 1 } else { 2 })
     }
 
     pub fn send(&self, task: u32, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
@@ -331,11 +328,8 @@ impl Inner {
         if p.lost.load(Ordering::Acquire) {
             return Err(Error::PeerLost);
         }
-        if p.local && p.tcp_windows.load(Ordering::Relaxed) & (1 << window) == 0 {
-            match self.send_local(p, window, tag, parts) {
-                Err(Error::NoShmSpace) => self.shm_full(p, window)?,
-                sent => return sent,
-            }
+        if p.local {
+            return self.send_local(p, window, tag, parts);
         }
         self.send_tcp(p, window, tag, parts, len)
     }

@@ -50,11 +50,9 @@ mod queue;
 #[cfg(not(loom))]
 mod preload;
 #[cfg(not(loom))]
-mod ring;
+mod record;
 #[cfg(not(loom))]
 mod shm;
-#[cfg(not(loom))]
-mod shm_full;
 mod sync;
 #[cfg(not(loom))]
 mod sys;

@@ -38,9 +38,6 @@ pub(crate) struct Peer {
     pub(crate) ended: AtomicBool,
     pub(crate) watched: AtomicBool,
     pub(crate) pidfd: Mutex<Option<OwnedFd>>,
-    /// Bit w: no ring to window w could be made (shm directory full), so
-    /// sends to it go over TCP, for good (shm_full.rs).  Set under `tx`.
-    pub(crate) tcp_windows: AtomicU32,
     /// Its process id, once known (0 before): finds its control segment
     /// after the name is gone (control.rs).
     pub(crate) pid: AtomicU32,
@@ -66,7 +63,6 @@ impl Inner {
             ended: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             pidfd: Mutex::new(None),
-            tcp_windows: AtomicU32::new(0),
             pid: AtomicU32::new(0),
             shm_sent: GuardedCount::default(),
             notifies_skipped: GuardedCount::default(),
@@ -82,8 +78,8 @@ impl Inner {
         let p = self.peer_or_insert(a.task, local, Some(a));
         let addressed_now = p.addr.set(a).is_ok();
         // A same-node peer known so far only by its hello (it reached us
-        // over TCP: no room for its ring, see shm_full.rs) stays on TCP,
-        // which also keeps the order of anything sent to it already.
+        // over TCP: it runs with force_tcp) stays on TCP, which also keeps
+        // the order of anything sent to it already.
         let known_by_hello = addressed_now && !p.local && local;
         if (p.local != local && !known_by_hello) || p.addr.get() != Some(&a) {
             // The same task id with another address: a mix-up in the caller.

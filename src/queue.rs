@@ -52,7 +52,7 @@
 use crate::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK_REF_BYTES};
 use crate::config::MAX_TASKS;
 use crate::error::{Error, Result};
-use crate::ring::{align16, stamp_at, stamp_for, Gather, Record, BULK, FIRST, HOT_BYTES, LAST, MIN_CHUNK, PAD, REC, SPARE_MAX};
+use crate::record::{align16, stamp_at, stamp_for, Gather, Record, BULK, FIRST, HOT_BYTES, LAST, MIN_CHUNK, PAD, REC, SPARE_MAX};
 use crate::shm::{Segment, ShmSafe};
 use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -652,14 +652,6 @@ impl QueueConsumer {
         Ok(self.bulk.get(&src).expect("set above"))
     }
 
-    /// A sender is gone: its bulk mapping goes too.
-    pub fn forget_sender(&mut self, src: u32) {
-        self.bulk.remove(&src);
-        if self.assembling.as_ref().is_some_and(|a| a.0 == src) {
-            self.assembling = None;
-        }
-    }
-
     /// Does some sender wait for room?  (The re-check after arming, Q2.)
     pub fn any_waiting(&self) -> bool {
         self.q.hdr().any_waiting.load(Ordering::Relaxed) != 0
@@ -1002,6 +994,111 @@ mod tests {
             .filter(|n| n.contains(&f.job) && !n.ends_with("-q"))
             .collect();
         assert!(left.is_empty(), "left: {left:?}");
+    }
+
+    #[test]
+    fn a_trickle_of_small_messages_stays_in_the_hot_start_of_the_queue() {
+        let f = fixture("hot", 1 << 19);
+        let mut p = f.producer(1, Live::new().pid(), 0);
+        let mut c = f.consumer();
+        let mut furthest = 0;
+        for i in 0..20_000 {
+            assert!(send(&mut p, 1, &[5u8; 40]));
+            furthest = furthest.max(p.tail() % f.cap);
+            assert_eq!(drain(&mut c).len(), 1, "message {i}");
+        }
+        // 20k x 64 B would walk 1.2 MiB: the queue was rewound to its start.
+        assert!(furthest <= HOT_BYTES + 64, "writes reached offset {furthest}");
+        assert!(p.tail() > 1 << 20);
+    }
+
+    #[test]
+    fn a_rewind_never_leaves_an_empty_queue_without_room_for_the_next_message() {
+        // Every message is read before the next is written: whatever the
+        // sizes, a write to an empty queue must succeed without a poll first.
+        let f = fixture("rewind", 1 << 19);
+        let mut p = f.producer(1, Live::new().pid(), 0);
+        let mut c = f.consumer();
+        for i in 0..5_000usize {
+            let len = [40usize, 4096, 4110, 16_000, 60_000, 8][i % 6];
+            let m = vec![i as u8; len];
+            assert!(send(&mut p, 1, &m), "message {i} ({len} B) to an empty queue did not fit");
+            let got = drain(&mut c);
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].2, m);
+        }
+    }
+
+    #[test]
+    fn a_quarter_of_the_queue_in_payload_sits_whole() {
+        // The component's largest fragment, 128 KiB, in the default 512 KiB
+        // queue: one record, read in place (no bulk buffer, no chunks).
+        let f = fixture("quarter", 1 << 19);
+        let mut p = f.producer(1, Live::new().pid(), 64 << 20);
+        let mut c = f.consumer();
+        let m = pattern(3, 128 << 10);
+        assert!(send(&mut p, 1, &m));
+        let data = f.q().data() as usize;
+        let mut at = 0;
+        c.poll(1, &mut |_, _, d| {
+            assert!(d == &m[..]);
+            at = d.as_ptr() as usize;
+        })
+        .unwrap();
+        assert_eq!(at, data + REC as usize, "delivered from the queue itself");
+        assert!(p.bulk.is_none(), "no bulk buffer was made");
+    }
+
+    #[test]
+    fn bulk_slot_is_handed_over_in_place_and_freed() {
+        let f = fixture("bulkslot", 4096);
+        let mut p = f.producer(1, Live::new().pid(), 1 << 20);
+        let mut c = f.consumer();
+        let m = pattern(7, 50_000);
+        assert!(send(&mut p, 1, &m) && send(&mut p, 1, &m), "two slots take two messages");
+        assert!(!send(&mut p, 1, &m), "both slots are full");
+        let mut seen = vec![];
+        c.poll(1, &mut |_, _, d| seen.push(d.as_ptr() as usize)).unwrap();
+        assert!(send(&mut p, 1, &m), "the freed slot is used again");
+        let mut more = vec![];
+        c.poll(10, &mut |_, _, d| more.push((d.as_ptr() as usize, d == &m[..]))).unwrap();
+        assert_eq!(more.len(), 2);
+        assert!(more.iter().all(|&(_, same)| same));
+        assert_eq!(more[1].0, seen[0], "slot 0 carried the first and the third message");
+    }
+
+    #[test]
+    fn bad_bulk_references_are_errors() {
+        let f = fixture("bulkbad", 4096);
+        let mut p = f.producer(1, Live::new().pid(), 1 << 20);
+        let mut c = f.consumer();
+        assert!(send(&mut p, 1, &pattern(1, 20_000)));
+        // SAFETY: test-only: the BulkRef payload sits after the 16-B record.
+        let at = unsafe { f.q().data().add(REC as usize) };
+        // SAFETY: the record just written holds its 16-B BulkRef at `at`,
+        // inside the mapping, and nothing writes it while we read.
+        let good = BulkRef::from_bytes(unsafe { std::slice::from_raw_parts(at, 16) }).unwrap();
+        for bad in [
+            BulkRef { slot: 2, ..good },
+            BulkRef { len: 1 << 40, ..good },
+            BulkRef { generation: good.generation + 5, ..good },
+        ] {
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(bad.to_bytes().as_ptr(), at, 16) };
+            assert_eq!(c.poll(10, &mut |_, _, _| panic!("must not deliver")), Err(Error::Shm), "{bad:?}");
+        }
+        // SAFETY: as above.
+        unsafe { std::ptr::copy_nonoverlapping(good.to_bytes().as_ptr(), at, 16) };
+        assert_eq!(drain(&mut c).len(), 1);
+    }
+
+    #[test]
+    fn a_misaligned_head_is_refused() {
+        let f = fixture("mishead", 4096);
+        f.q().hdr().head.store(8, Ordering::Release);
+        assert!(matches!(QueueConsumer::new(f.q(), f.id(0), 1 << 20), Err(Error::Shm)));
+        f.q().hdr().head.store(4096 + 16, Ordering::Release);
+        assert!(QueueConsumer::new(f.q(), f.id(0), 1 << 20).is_ok());
     }
 
     #[test]

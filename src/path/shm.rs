@@ -10,7 +10,7 @@ use crate::endpoint::Inner;
 use crate::error::{Error, Result};
 use crate::peers::Peer;
 use crate::queue::{BulkId, QueueConsumer, QueueProducer};
-use crate::ring::Gather;
+use crate::record::Gather;
 use crate::sync::lock;
 use crate::wait::Stall;
 use std::collections::VecDeque;
@@ -82,24 +82,6 @@ impl WindowRx {
 }
 
 impl Inner {
-    /// No ring to (p, window) could be made (or another thread found so):
-    /// go over TCP from now on if the peer can be reached there, else
-    /// report NoShmSpace.  The endpoint's first such pair prints the
-    /// warning of shm_full.rs.
-    pub(crate) fn shm_full(&self, p: &Peer, window: u32) -> Result<()> {
-        if p.tcp_windows.load(Ordering::Acquire) & (1 << window) == 0 {
-            // A peer we never connected to (seen only as a sender) and
-            // whose connection never reached us: no TCP address to use.
-            return Err(Error::NoShmSpace);
-        }
-        if !self.shm_full_warned.swap(true, Ordering::Relaxed) {
-            let local_peers = self.peer_list().iter().filter(|q| q.local && q.task != self.cfg.task).count();
-            let ring = crate::ring::HEADER_BYTES as u64 + self.cfg.ring_bytes as u64;
-            eprintln!("{}", crate::shm_full::warning(&self.cfg, p.task, ring, local_peers as u64));
-        }
-        Ok(())
-    }
-
     pub(crate) fn send_local(&self, p: &Peer, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
         let ctl = self.peer_control(p)?;
         let h = ctl.header();
