@@ -107,7 +107,7 @@ pub(crate) struct Inner {
     /// Messages queued in peers' backlogs (a fast "anything to push?";
     /// counted in messages, since a zero-length message has no bytes).
     pub(crate) backlog_msgs: AtomicU64,
-    /// Bytes in those messages not yet in a ring (to see a stream move).
+    /// Bytes in those messages not yet in a queue (to see a stream move).
     pub(crate) backlog_bytes: AtomicU64,
     pub(crate) parker: SharedFutex,
     /// The FLIH thread failed (flih.rs): progress and wait report it.
@@ -284,7 +284,7 @@ impl Drop for Endpoint {
             let _ = h.join();
         }
         // Dropping Inner unlinks our control segment, if its name is still
-        // there, and the rings and bulk files our receivers have mapped
+        // there, and the bulk files our receivers have mapped
         // (unread ones stay for their reader: say_goodbye).  What senders
         // left for us we will never read.
         crate::shm::unlink_inbound_to(&self.inner.cfg.shm_dir, &self.inner.cfg.job, self.inner.cfg.task);
@@ -405,7 +405,7 @@ impl Inner {
         self.next_token.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// One non-sleeping pass over a window: backlogs, rings, TCP inbox,
+    /// One non-sleeping pass over a window: backlogs, the queue, TCP inbox,
     /// then (only if no message came) a peer event or a notify.
     pub(crate) fn progress(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Delivered {
         self.push_all_backlogs();

@@ -73,7 +73,7 @@ pub const DOORBELL_WAIT_ADAPTIVE: u32 = 3;
 
 /// Messages were delivered.
 pub const DOORBELL_WOKE_MESSAGE: u32 = 1;
-/// A doorbell_local_notify (or freed ring space for this task's queued
+/// A doorbell_local_notify (or freed queue space for this task's queued
 /// sends) since the last report, and no message.  Sticky: a notify that
 /// finds the window awake is reported by its next progress or wait.
 pub const DOORBELL_WOKE_NOTIFY: u32 = 2;
@@ -144,7 +144,7 @@ pub struct doorbell_config {
     pub port_max: u16,
     /// Messages over ring_bytes / 4 and up to this many bytes go through a
     /// per-(sender, receiver, window) double buffer of two message-sized slots (one copy on each
-    /// side) instead of ring chunks; 0: 64 MiB; at most 1 GiB; 1: never.
+    /// side) instead of queue chunks; 0: 64 MiB; at most 1 GiB; 1: never.
     pub bulk_max_bytes: u32,
     /// Largest message; 0: 1 GiB; at most 4 GiB - 1.
     pub max_message: u64,
@@ -294,7 +294,8 @@ fn config_from_c(c: &doorbell_config) -> Result<Config, Error> {
 
 /// Create the endpoint: control segment, TCP listener, FLIH thread; window 0
 /// is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE (no room in the
-/// shared-memory directory for the DOORBELL_CONTROL_BYTES control segment), SHM, SHM_REFUSED (a
+/// shared-memory directory for the control segment with window 0's queue:
+/// DOORBELL_CONTROL_BYTES + DOORBELL_QUEUE_HEADER_BYTES + ring_bytes), SHM, SHM_REFUSED (a
 /// symlink or foreign file at the control segment's name), IN_USE (a live
 /// endpoint has the same job key and task on this node), NO_INTERFACE,
 /// NETWORK.
@@ -375,8 +376,8 @@ pub unsafe extern "C" fn doorbell_connect(ep: *mut doorbell_endpoint, blob: *con
     })
 }
 
-/// 1 if `task` is reached over shared memory, 2 over TCP (also a same-node
-/// task to which a ring could not be made: see doorbell_send); UNKNOWN_TASK.
+/// 1 if `task` is reached over shared memory (every same-node task, unless
+/// force_tcp), 2 over TCP; UNKNOWN_TASK.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_peer_path(ep: *const doorbell_endpoint, task: u32) -> c_int {
     guard(|| {
@@ -386,8 +387,10 @@ pub unsafe extern "C" fn doorbell_peer_path(ep: *const doorbell_endpoint, task: 
     })
 }
 
-/// Open another receive window; `*window_out` gets its number.
-/// INVALID_ARGUMENT once DOORBELL_MAX_WINDOWS are open.
+/// Open another receive window; `*window_out` gets its number.  Its inbound
+/// queue (DOORBELL_QUEUE_HEADER_BYTES + ring_bytes) is reserved in the
+/// shared-memory directory first.  INVALID_ARGUMENT once
+/// DOORBELL_MAX_WINDOWS are open; NO_SHM_SPACE if the queue does not fit.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_window_open(ep: *mut doorbell_endpoint, window_out: *mut u32) -> c_int {
     guard(|| {
@@ -402,19 +405,16 @@ pub unsafe extern "C" fn doorbell_window_open(ep: *mut doorbell_endpoint, window
 
 /// Send one message (up to max_message bytes; `data` may be NULL when `len`
 /// is 0) to (task, window).  Returns OK
-/// once the bytes are copied (ring, socket or the peer's backlog): the
-/// buffer is free at once.  Messages to one (task, window) arrive in order.
-/// The first send to a same-node (task, window) makes its ring; if the
-/// shared-memory directory has no room for it, that (task, window) is sent
-/// to over TCP from then on (doorbell_peer_path says 2; the endpoint's
-/// first such pair prints one warning on stderr naming the directory and
-/// the bytes a ring needs).  NO_SHM_SPACE only if that task cannot be
-/// reached over TCP either: it was never connected (it only sent to us
-/// through its ring).
+/// once the bytes are copied (the receiver's queue, a socket or the peer's
+/// backlog): the buffer is free at once.  Messages to one (task, window)
+/// arrive in order.  A same-node message goes into the receiver's queue for
+/// the window, which all its local senders share; a message over a quarter
+/// of that queue goes through a bulk buffer this sender makes for the
+/// (task, window), or in chunks if there is no room for one.
 /// Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST
-/// (the task died, or closed its endpoint: nobody would read it),
-/// NO_SHM_SPACE, SHM, SHM_REFUSED (the peer's control segment or our ring's
-/// name is a symlink or a foreign file), NETWORK.
+/// (the task died, or closed its endpoint: nobody would read it; or its
+/// queue is corrupt), SHM, SHM_REFUSED (the peer's control segment is a
+/// symlink or a foreign file), NETWORK.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_send(
     ep: *mut doorbell_endpoint,
@@ -529,7 +529,7 @@ pub unsafe extern "C" fn doorbell_progress(
 
 /// Like progress, but if nothing is there wait (mode DOORBELL_WAIT_*) for a
 /// message, a notify, a lost peer or `timeout_us` (< 0: no limit), then
-/// deliver.  While it sleeps, freed ring space wakes it to push this task's
+/// deliver.  While it sleeps, freed queue space wakes it to push this task's
 /// queued sends.  Returns messages delivered (0 with wake->reason NOTIFY,
 /// TIMEOUT or PEER_CLOSED), or PEER_LOST (wake->reason PEER_LOST, wake->task
 /// the lost task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`),

@@ -81,13 +81,13 @@ impl Inner {
         {
             return true;
         }
-        let ring_data = match w.rx.try_lock() {
+        let queue_data = match w.rx.try_lock() {
             // A sender waiting for room counts too (queue.rs SYNC POINT Q2).
             Some(rx) => rx.has_data() || rx.any_waiting(),
             // Another thread is progressing this window: don't sleep on it.
             None => true,
         };
-        ring_data || self.backlog_unblocked()
+        queue_data || self.backlog_unblocked()
     }
 
     pub(crate) fn wait(
@@ -143,8 +143,8 @@ impl Inner {
     /// keep draining (a stream), and stop once nothing moved for
     /// STREAM_STALL_NS, or at once when something arrived for us (the
     /// caller delivers it: the receiver may be waiting for room in our
-    /// rings).  Sleeping here instead would turn a stream into a relay of
-    /// cross-CPU wake-ups, one per ring-full.
+    /// queue).  Sleeping here instead would turn a stream into a relay of
+    /// cross-CPU wake-ups, one per queue-full.
     pub(crate) fn stream_backlog(&self, deadline: Option<u64>) {
         let mut stall = Stall::new(deadline);
         while self.backlog_msgs.load(Ordering::Relaxed) > 0 {

@@ -27,23 +27,23 @@ pub(crate) struct Backlog {
     /// Bytes of the message from offset `start` on (copied at send time).
     pub(crate) data: Vec<u8>,
     pub(crate) start: u64,
-    /// Message offset written to the ring so far (>= start).
+    /// Message offset written to the queue so far (>= start).
     pub(crate) base: u64,
     pub(crate) total: u64,
 }
 
 impl Backlog {
     /// The buffer comes from `pool` (large ones keep their pages mapped:
-    /// a stream that backlogs a message per ring-full would otherwise pay
+    /// a stream that backlogs a message per queue-full would otherwise pay
     /// an mmap, page faults and an munmap for each) and goes back to it
-    /// once the message is in the ring.
+    /// once the message is in the queue.
     pub(crate) fn new(window: u32, tag: u8, g: &Gather, from: u64, pool: &BufPool) -> Backlog {
         let mut data = pool.take((g.len() - from) as usize);
         g.copy_into(from, &mut data);
         Backlog { window, tag, data, start: from, base: from, total: g.len() }
     }
 
-    /// Bytes not yet in the ring.
+    /// Bytes not yet in the queue.
     pub(crate) fn left(&self) -> u64 {
         self.total - self.base
     }
@@ -102,7 +102,7 @@ impl Inner {
         }
         if !tx.backlog.is_empty() {
             // Drain what is queued first while the receiver keeps up, so a
-            // stream returns to copying straight into the ring instead of
+            // stream returns to copying straight into the queue instead of
             // copying every message into the backlog first.
             self.stream_push_locked(ctl, &mut tx);
         }
@@ -127,7 +127,7 @@ impl Inner {
         // Stream: keep copying while the receiver keeps draining (a write
         // makes headway only when it freed space), but only while this
         // process has nothing to receive: the receiver may be a sender
-        // waiting for room in *our* inbound ring (two-way traffic), and we
+        // waiting for room in *our* inbound queue (two-way traffic), and we
         // cannot drain it from here.  Then queue the rest and return, so the
         // caller's progress drains it.
         let mut stall = Stall::for_message(g.len());
