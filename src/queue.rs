@@ -143,12 +143,19 @@ impl QueueRef {
         unsafe { self.seg.base().add(self.at + QUEUE_HEADER_BYTES) }
     }
 
+    /// Offset of byte position `pos` in the data area: a mask, not a
+    /// division (`cap` is a power of two, checked in `new`), since it is on
+    /// the path of every record sent and polled.
+    fn offset(&self, pos: u64) -> u64 {
+        pos & (self.cap - 1)
+    }
+
     /// The stamp word of the record at position `pos`.
     fn stamp(&self, pos: u64) -> &AtomicU32 {
-        // SAFETY: pos % cap is 16-aligned whenever pos is (callers keep
+        // SAFETY: offset(pos) is 16-aligned whenever pos is (callers keep
         // positions 16-aligned), cap >= 4096 leaves a header's room, and
         // the data area is inside the mapping (new()).
-        unsafe { stamp_at(self.data(), pos % self.cap) }
+        unsafe { stamp_at(self.data(), self.offset(pos)) }
     }
 
     /// The pid sender `task` stored (0: none yet).
@@ -268,7 +275,7 @@ impl QueueProducer {
             return Err(Error::Shm);
         }
         if taken_over && self.q.stamp(tail).load(Ordering::Acquire) == stamp_for(tail) {
-            let pos = tail % self.cap();
+            let pos = self.q.offset(tail);
             // SAFETY: pos is 16-aligned and pos + REC <= cap; read_volatile
             // as the bytes are shared.
             let rec: Record = unsafe { std::ptr::read_volatile(self.q.data().add(pos as usize) as *const Record) };
@@ -333,7 +340,7 @@ impl QueueProducer {
     unsafe fn put(&mut self, mut rec: Record, msg: Option<(&Gather, u64)>) -> u64 {
         rec.src = self.me as u16;
         let cap = self.cap();
-        let pos = self.tail % cap;
+        let pos = self.q.offset(self.tail);
         // SAFETY: the caller's contract; `at` is 16-aligned, and the
         // consumer reads none of it before the stamp's Release below.
         unsafe {
@@ -375,7 +382,7 @@ impl QueueProducer {
         }
         loop {
             let remaining = total - *offset;
-            let pos = self.tail % cap;
+            let pos = self.q.offset(self.tail);
             let to_end = cap - pos;
             let whole = REC + align16(remaining);
             let free = self.free(if whole <= to_end { whole } else { (to_end + whole).min(cap) });
@@ -419,7 +426,7 @@ impl QueueProducer {
     fn rewind_if_empty(&mut self, need: u64) {
         // SYNC POINT R2 (producer side).
         self.head_cache = self.q.hdr().head.load(Ordering::Acquire);
-        let pos = self.tail % self.cap();
+        let pos = self.q.offset(self.tail);
         if self.head_cache == self.tail && pos >= HOT_BYTES && need + REC <= pos {
             // SAFETY: the queue is empty and we hold the lock.
             unsafe { self.put(Record::new(0, 0, 0, PAD), None) };
@@ -432,7 +439,7 @@ impl QueueProducer {
     fn write_bulk(&mut self, tag: u8, msg: &Gather) -> Option<bool> {
         let total = msg.len();
         let need = REC + BULK_REF_BYTES as u64;
-        let to_end = self.cap() - self.tail % self.cap();
+        let to_end = self.cap() - self.q.offset(self.tail);
         let pad = if to_end < need { to_end } else { 0 };
         if self.free(pad + need) < pad + need {
             return Some(false);
@@ -562,7 +569,7 @@ impl QueueConsumer {
         let cap = self.q.cap;
         let mut n = 0;
         while n < budget {
-            let pos = self.head % cap;
+            let pos = self.q.offset(self.head);
             // SYNC POINT R1 (consumer side).
             match self.q.stamp(self.head).load(Ordering::Acquire) {
                 0 => break,
