@@ -134,8 +134,16 @@ impl QueueRef {
         QUEUE_HEADER_BYTES as u64 + cap
     }
 
+    /// The header, without `Segment::at`'s checks on every call: it is on
+    /// the path of every record (lock, tail, head), and `new` checked once
+    /// that it lies inside the mapping, 64-aligned.
     pub fn hdr(&self) -> &QueueHeader {
-        self.seg.at(self.at)
+        // SAFETY: new() checked at + QUEUE_HEADER_BYTES <= len and at % 64
+        // == 0 (the mapping is page-aligned), so the header is in bounds
+        // and aligned; QueueHeader is ShmSafe (any bytes a peer left are a
+        // valid value, shared fields are atomics); the mapping lives as
+        // long as `self.seg`, which outlives the reference.
+        unsafe { &*(self.seg.base().add(self.at) as *const QueueHeader) }
     }
 
     fn data(&self) -> *mut u8 {
