@@ -11,15 +11,16 @@
 //!   waiting[MAX_TASKS bits]  senders that wait for room
 //!   closed[MAX_TASKS bits]   senders that closed in order
 //!   pids[MAX_TASKS]          each sender's pid (to watch it)
-//! data[capacity]  records exactly as in a ring (ring.rs), each naming its sender
+//! data[capacity]  records (record.rs), each naming its sender
 //! ```
 //!
-//! Under the producer lock the queue *is* ring.rs's single-producer ring:
+//! Under the producer lock the queue *is* a single-producer ring (record.rs):
 //! the same records, the same stamp protocol (SYNC POINTS R1, R2: the
 //! stamp is the publish, "zero the next stamp word, then stamp" keeps stale
-//! bytes from passing for a record), the same hot-start rewind.  Only the
-//! producer's state (`tail`, `next_rewind_check`) lives in the header
-//! instead of in one process, and each record carries its sender task, so
+//! bytes from passing for a record), the same hot-start rewind as the
+//! per-pair rings it replaced.  Only the producer's state (`tail`,
+//! `next_rewind_check`) lives in the header instead of in one process, and
+//! each record carries its sender task, so
 //! the receiver knows whose callback it is.  Each sender's records enter in
 //! its own order, so per-sender FIFO order holds.
 //!
@@ -73,7 +74,7 @@ pub struct QueueHeader {
     /// Bytes ever written; read and written only under the lock.
     pub tail: AtomicU64,
     /// Tail position at which a producer next looks for an empty queue to
-    /// rewind (ring.rs HOT_BYTES); under the lock.
+    /// rewind (record.rs HOT_BYTES); under the lock.
     pub next_rewind_check: AtomicU64,
     _pad1: [u8; 40],
     /// Bytes ever consumed (consumer's line).
@@ -333,7 +334,7 @@ impl QueueProducer {
         }
     }
 
-    /// Bytes that may be written now; one header kept back (ring.rs R1).
+    /// Bytes that may be written now; one header kept back (record.rs R1).
     fn free(&mut self, need: u64) -> u64 {
         let room = |head: u64, tail: u64, cap: u64| cap.saturating_sub(REC + tail.saturating_sub(head));
         if room(self.head_cache, self.tail, self.cap()) < need {
@@ -370,7 +371,9 @@ impl QueueProducer {
         size
     }
 
-    /// ring.rs Producer::write, under the lock.
+    /// Write under the lock: whole if it fits (padding to the end first if
+    /// that makes it fit), else in chunks of at most cap/8 (the consumer
+    /// copies one out while the producer copies the next in).
     fn write_locked(&mut self, tag: u8, msg: &Gather, offset: &mut u64) -> bool {
         let total = msg.len();
         let cap = self.cap();
@@ -430,7 +433,10 @@ impl QueueProducer {
         }
     }
 
-    /// ring.rs Producer::rewind_if_empty.
+    /// Past HOT_BYTES into the queue and the reader has caught up: pad to
+    /// the end so the next record goes at offset 0 (record.rs), unless the
+    /// `need`-byte record about to be written would not fit before the pad
+    /// (then a busy reader would leave the writer waiting on an empty queue).
     fn rewind_if_empty(&mut self, need: u64) {
         // SYNC POINT R2 (producer side).
         self.head_cache = self.q.hdr().head.load(Ordering::Acquire);
@@ -442,8 +448,10 @@ impl QueueProducer {
         self.next_rewind_check = self.tail + HOT_BYTES;
     }
 
-    /// ring.rs Producer::write_bulk: the message in one of this sender's
-    /// bulk slots, a BulkRef in the queue.
+    /// The whole message in one of this sender's bulk slots, a BulkRef in
+    /// the queue.  Some(false): no free slot or no queue room yet (try
+    /// again, as for a full queue); None: no bulk segment can be made (shm
+    /// full or refused), send it in chunks.
     fn write_bulk(&mut self, tag: u8, msg: &Gather) -> Option<bool> {
         let total = msg.len();
         let need = REC + BULK_REF_BYTES as u64;

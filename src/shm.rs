@@ -496,8 +496,8 @@ pub fn unlink_task_files(dir: &str, job: &str, task: u32) {
     unlink_where(dir, job, |k| k.names(task));
 }
 
-/// At `task`'s close: remove the rings and bulk files that senders left for
-/// it (messages it never took; see ring.rs `Producer::close`, bulk.rs).
+/// At `task`'s close: remove the bulk files that senders left for it
+/// (messages it never took; bulk.rs), and ring files of older versions.
 pub fn unlink_inbound_to(dir: &str, job: &str, task: u32) {
     unlink_where(dir, job, |k| matches!(k, Kind::Ring { dst, .. } | Kind::Bulk { dst, .. } if dst == task));
 }

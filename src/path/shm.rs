@@ -276,12 +276,12 @@ impl Inner {
         }
     }
 
-    /// After arming: may a queued send move now?  Re-raises each blocked
-    /// ring's producer_waiting flag (ring.rs, SYNC POINT R3) *after* our bell
-    /// is armed: a consumer that freed space before this saw the flag but
-    /// found us awake (its ring was skipped), so the head check here is what
-    /// catches that space; one that frees it later sees the flag and rings
-    /// an armed bell.
+    /// After arming: may a queued send move now?  Re-raises our bit in each
+    /// blocked queue's waiting set (queue.rs, SYNC POINT Q2) *after* our
+    /// bell is armed: a consumer that took the bit before this found us
+    /// awake (its ring of our bell was skipped), so the head check here is
+    /// what catches that space; one that takes it later rings an armed
+    /// bell.
     pub(crate) fn backlog_unblocked(&self) -> bool {
         if self.backlog_msgs.load(Ordering::Relaxed) == 0 {
             return false;
