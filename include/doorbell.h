@@ -191,9 +191,9 @@
 /*
  Bytes of a window's inbound queue beyond its ring_bytes.
  */
-#define DOORBELL_QUEUE_HEADER_BYTES 69888
+#define DOORBELL_QUEUE_HEADER_BYTES 70016
 
-#define QUEUE_HEADER_BYTES (4352 + (4 * (size_t)MAX_TASKS))
+#define QUEUE_HEADER_BYTES (4480 + (4 * (size_t)MAX_TASKS))
 
 /*
  Opaque per-process endpoint.  Any thread may send; each window should be

@@ -331,7 +331,7 @@ static int doorbell_component_register(void)
         &c->super.btl_version, "shm_dir",
         "Directory (an absolute path, ideally a tmpfs) for the shared-memory segments: one "
         "control segment per rank holding its inbound queue (btl_doorbell_ring_size + "
-        "73,984 bytes), reserved when the rank starts, and bulk buffers for messages over a "
+        "74,112 bytes), reserved when the rank starts, and bulk buffers for messages over a "
         "quarter of the queue.  Empty: the DOORBELL_SHM_DIR environment variable, else "
         "/dev/shm.  A rank with no room for its control segment has no doorbell transport",
         MCA_BASE_VAR_TYPE_STRING, NULL, 0, MCA_BASE_VAR_FLAG_SETTABLE, OPAL_INFO_LVL_5,

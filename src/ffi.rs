@@ -103,7 +103,7 @@ const _: () = assert!(DOORBELL_MAX_WINDOWS == MAX_WINDOWS);
 /// (bulk buffers for messages over ring_bytes / 4 aside).
 pub const DOORBELL_CONTROL_BYTES: usize = 4096;
 /// Bytes of a window's inbound queue beyond its ring_bytes.
-pub const DOORBELL_QUEUE_HEADER_BYTES: usize = 69888;
+pub const DOORBELL_QUEUE_HEADER_BYTES: usize = 70016;
 
 const _: () = assert!(DOORBELL_CONTROL_BYTES == crate::control::CONTROL_BYTES);
 const _: () = assert!(DOORBELL_QUEUE_HEADER_BYTES == crate::queue::QUEUE_HEADER_BYTES);

@@ -226,11 +226,12 @@ pub fn address(data: &[u8]) {
 }
 
 /// The queue the `queue` target maps: 4 KiB of records.  Its input
-/// gives the header's first QUEUE_HEAD bytes (lock, tail, head, waiting
-/// word: the lines the consumer reads) and the records; the sender sets
-/// and pid table stay zero.
+/// gives the header's first QUEUE_HEAD bytes (lock, tail, head,
+/// any_waiting and the first 512 senders' waiting bits: what the consumer
+/// reads) and the records; the rest of the sender sets and the pid table
+/// stay zero.
 const QUEUE_CAPACITY: u64 = 4096;
-const QUEUE_HEAD: usize = 256;
+const QUEUE_HEAD: usize = 448;
 const QUEUE_INPUT: usize = QUEUE_HEAD + QUEUE_CAPACITY as usize;
 const QUEUE_FILE: usize = QUEUE_HEADER_BYTES + QUEUE_CAPACITY as usize;
 /// Its sender SRC's bulk generation 0: the header page and two 4 KiB slots.

@@ -4,10 +4,10 @@
 //! with the number of ranks, not with its square.
 //!
 //! ```text
-//! QueueHeader (69888 B)
-//!   line 0   lock (holder's pid or 0), tail, next_rewind_check  (producers)
-//!   line 1   head                                                (consumer)
-//!   line 2   any_waiting                                         (both)
+//! QueueHeader (70016 B)
+//!   0     lock (holder's pid or 0), tail, next_rewind_check  (producers)
+//!   128   head                                                (consumer)
+//!   256   any_waiting                                         (both)
 //!   waiting[MAX_TASKS bits]  senders that wait for room
 //!   closed[MAX_TASKS bits]   senders that closed in order
 //!   pids[MAX_TASKS]          each sender's pid (to watch it)
@@ -76,10 +76,13 @@ pub struct QueueHeader {
     /// Tail position at which a producer next looks for an empty queue to
     /// rewind (record.rs HOT_BYTES); under the lock.
     pub next_rewind_check: AtomicU64,
-    _pad1: [u8; 40],
-    /// Bytes ever consumed (consumer's line).
+    _pad1: [u8; 104],
+    /// Bytes ever consumed (the consumer's line).  The producers' line and
+    /// this one are 128 bytes apart: CPUs fetch lines in 128-byte pairs,
+    /// and a pair written by both sides on every record would cross
+    /// between the cores on every record.
     pub head: AtomicU64,
-    _pad2: [u8; 56],
+    _pad2: [u8; 120],
     /// Nonzero: some bit of `waiting` may be set.
     pub any_waiting: AtomicU32,
     _pad3: [u8; 124],
@@ -92,16 +95,16 @@ pub struct QueueHeader {
     pub pids: [AtomicU32; MAX_TASKS as usize],
 }
 
-pub const QUEUE_HEADER_BYTES: usize = 4352 + 4 * MAX_TASKS as usize;
+pub const QUEUE_HEADER_BYTES: usize = 4480 + 4 * MAX_TASKS as usize;
 
 // SAFETY: repr(C), integers and atomics only, all-zero is valid (an empty
 // queue at position 0, unlocked, nobody waiting or closed).
 unsafe impl ShmSafe for QueueHeader {}
 
 const _: () = assert!(std::mem::size_of::<QueueHeader>() == QUEUE_HEADER_BYTES);
-const _: () = assert!(std::mem::offset_of!(QueueHeader, head) == 64);
-const _: () = assert!(std::mem::offset_of!(QueueHeader, any_waiting) == 128);
-const _: () = assert!(std::mem::offset_of!(QueueHeader, waiting) == 256);
+const _: () = assert!(std::mem::offset_of!(QueueHeader, head) == 128);
+const _: () = assert!(std::mem::offset_of!(QueueHeader, any_waiting) == 256);
+const _: () = assert!(std::mem::offset_of!(QueueHeader, waiting) == 384);
 const _: () = assert!(QUEUE_HEADER_BYTES.is_multiple_of(64));
 
 fn bit(task: u32) -> (usize, u64) {
