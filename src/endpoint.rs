@@ -193,6 +193,9 @@ impl Endpoint {
             parker: SharedFutex,
             flih_failed: AtomicBool::new(false),
         });
+        if let Some(mut rx) = inner.windows[0].rx.try_lock() {
+            inner.take_up_queue(0, &mut rx)?;
+        }
         let flih_inner = inner.clone();
         let flih = std::thread::Builder::new()
             .name("doorbell-flih".into())
@@ -233,7 +236,12 @@ impl Endpoint {
             // a full shm directory is an error here, never a SIGBUS later.
             self.inner.control.reserve_window(n)?;
             match h.windows_open.compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(n),
+                Ok(_) => {
+                    if let Some(mut rx) = self.inner.windows[n as usize].rx.try_lock() {
+                        self.inner.take_up_queue(n, &mut rx)?;
+                    }
+                    return Ok(n);
+                }
                 Err(now) => n = now,
             }
         }

@@ -298,6 +298,16 @@ impl Inner {
     }
 
 
+    /// Become the consumer of our queue for `window` (at endpoint creation
+    /// and window_open: until then `inbound_pending` and `has_work` would
+    /// not see what senders already put there).
+    pub(crate) fn take_up_queue(&self, window: u32, rx: &mut WindowRx) -> Result<()> {
+        let id = BulkId { dir: self.cfg.shm_dir.clone(), job: self.cfg.job.clone(), src: 0, dst: self.cfg.task, window };
+        rx.queue = Some(QueueConsumer::new(self.control.queue(window)?, id, self.cfg.max_message)?);
+        rx.known = vec![0; (MAX_TASKS / 64) as usize];
+        Ok(())
+    }
+
     /// The shared-memory part of a progress pass over `window`: deliver
     /// from its queue (at most QUEUE_BUDGET messages), and wake the senders
     /// waiting for room.  None if another thread holds the window's receive
@@ -305,14 +315,8 @@ impl Inner {
     pub(crate) fn poll_queue(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Option<usize> {
         let w = &self.windows[window as usize];
         let mut rx = w.rx.try_lock()?;
-        if rx.queue.is_none() {
-            let id = BulkId { dir: self.cfg.shm_dir.clone(), job: self.cfg.job.clone(), src: 0, dst: self.cfg.task, window };
-            let q = self.control.queue(window).and_then(|q| QueueConsumer::new(q, id, self.cfg.max_message));
-            match q {
-                Ok(q) => rx.queue = Some(q),
-                Err(_) => return Some(0),
-            }
-            rx.known = vec![0; (MAX_TASKS / 64) as usize];
+        if rx.queue.is_none() && self.take_up_queue(window, &mut rx).is_err() {
+            return Some(0);
         }
         let WindowRx { queue, broken, known } = &mut *rx;
         let q = queue.as_mut().expect("set above");
