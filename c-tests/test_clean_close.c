@@ -141,7 +141,10 @@ static int receiver(doorbell_endpoint *ep, const dbt_peer *peers, const struct s
   if (sc->kind == RING_IN_USE) {
     dbt_barrier(); /* the first message is in the ring */
     collect(ep, &t, 1, 0, 10);
-    dbt_check(t.msgs == 1, "%s: the first message arrived while the sender lives", sc->name);
+    /* >= 1: the second, sent right after the barrier, may come in the
+     * same progress pass. */
+    dbt_check(t.msgs >= 1, "%s: the first message arrived while the sender lives (%d)", sc->name,
+              t.msgs);
   }
   dbt_barrier(); /* the sender has sent, flushed and destroyed its endpoint */
   wait_gone(peers[1].pid);

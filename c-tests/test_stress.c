@@ -33,7 +33,7 @@ static uint64_t g_seed;
 static uint32_t g_per_sender = 50000;
 
 /* Per-task tuning: different ring sizes per shm pair direction. */
-static const uint32_t ring_bytes[NPROC] = {64 << 10, 0 /* default 1 MiB */, 4 << 10, 256 << 10};
+static const uint32_t ring_bytes[NPROC] = {64 << 10, 0 /* default 512 KiB */, 4 << 10, 256 << 10}; /* each task's inbound queue */
 /* Each task drains in a different wait mode. */
 static const uint32_t drain_mode[NPROC] = {DOORBELL_WAIT_BLOCK, DOORBELL_WAIT_ADAPTIVE,
                                            DOORBELL_WAIT_POLL, DOORBELL_WAIT_DEFAULT};

@@ -83,7 +83,7 @@ fn main() {
         let via = if after.tcp_wakeups > before.tcp_wakeups {
             "the epoll thread (TCP readable -> window waker)"
         } else if after.shm_wakeups > before.shm_wakeups {
-            "local_notify (shared-memory ring -> window waker)"
+            "local_notify (shared-memory queue -> window waker)"
         } else {
             "no sleep needed (already there)"
         };

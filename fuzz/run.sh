@@ -3,7 +3,7 @@
 # lowest CPU priority, and prints how long each ran with how many execs.
 # Not part of make test (CI has no nightly toolchain budget for it).
 #   fuzz/run.sh                 # every target, 10 minutes each
-#   FUZZ_SECONDS=60 fuzz/run.sh ring tcp_rx
+#   FUZZ_SECONDS=60 fuzz/run.sh queue tcp_rx
 # New inputs go to fuzz/work/<target>/ (not committed); the committed seeds
 # in fuzz/corpus/<target>/ are read, never written.  A crash leaves its
 # input in fuzz/work/<target>-crash-*; replay it with
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 SECONDS_EACH=${FUZZ_SECONDS:-600}
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(frame handshake tcp_rx address ring)
+[[ ${#targets[@]} -gt 0 ]] || targets=(frame handshake tcp_rx address queue)
 command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz is missing: cargo install cargo-fuzz" >&2; exit 1; }
 nice -n 19 cargo +nightly fuzz build
 status=0

@@ -141,7 +141,7 @@
 #define DOORBELL_WOKE_MESSAGE 1
 
 /*
- A doorbell_local_notify (or freed ring space for this task's queued
+ A doorbell_local_notify (or freed queue space for this task's queued
  sends) since the last report, and no message.  Sticky: a notify that
  finds the window awake is reported by its next progress or wait.
  */
@@ -180,16 +180,20 @@
 #define DOORBELL_MAX_WINDOWS 16
 
 /*
- Bytes of a task's control segment in the shared-memory directory
- (reserved whole at doorbell_endpoint_create).
+ Bytes of a task's control segment before its queues.  Creating an
+ endpoint reserves these plus window 0's queue (DOORBELL_QUEUE_HEADER_BYTES
+ + ring_bytes) in the shared-memory directory; each further window
+ opened reserves one more queue.  Nothing else grows with the peers
+ (bulk buffers for messages over ring_bytes / 4 aside).
  */
-#define DOORBELL_CONTROL_BYTES 33856
+#define DOORBELL_CONTROL_BYTES 4096
 
 /*
- Bytes of a ring segment beyond its ring_bytes (reserved whole at the
- first send to a same-node (task, window)).
+ Bytes of a window's inbound queue beyond its ring_bytes.
  */
-#define DOORBELL_RING_HEADER_BYTES 256
+#define DOORBELL_QUEUE_HEADER_BYTES 70016
+
+#define QUEUE_HEADER_BYTES (4480 + (4 * (size_t)MAX_TASKS))
 
 /*
  Opaque per-process endpoint.  Any thread may send; each window should be
@@ -219,7 +223,8 @@ typedef struct doorbell_config {
    */
   const char *shm_dir;
   /*
-   Per-pair ring bytes, a power of 2 in 4 KiB..1 GiB; 0: 1 MiB.
+   Data bytes of each window's inbound queue (all local senders to the
+   window share it), a power of 2 in 4 KiB..1 GiB; 0: 512 KiB.
    */
   uint32_t ring_bytes;
   /*
@@ -249,8 +254,8 @@ typedef struct doorbell_config {
   uint16_t port_max;
   /*
    Messages over ring_bytes / 4 and up to this many bytes go through a
-   per-ring double buffer of two message-sized slots (one copy on each
-   side) instead of ring chunks; 0: 64 MiB; at most 1 GiB; 1: never.
+   per-(sender, receiver, window) double buffer of two message-sized slots (one copy on each
+   side) instead of queue chunks; 0: 64 MiB; at most 1 GiB; 1: never.
    */
   uint32_t bulk_max_bytes;
   /*
@@ -374,7 +379,8 @@ int doorbell_config_init(struct doorbell_config *cfg);
 /*
  Create the endpoint: control segment, TCP listener, FLIH thread; window 0
  is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE (no room in the
- shared-memory directory for the DOORBELL_CONTROL_BYTES control segment), SHM, SHM_REFUSED (a
+ shared-memory directory for the control segment with window 0's queue:
+ DOORBELL_CONTROL_BYTES + DOORBELL_QUEUE_HEADER_BYTES + ring_bytes), SHM, SHM_REFUSED (a
  symlink or foreign file at the control segment's name), IN_USE (a live
  endpoint has the same job key and task on this node), NO_INTERFACE,
  NETWORK.
@@ -404,33 +410,32 @@ int doorbell_address(const struct doorbell_endpoint *ep, uint8_t *buf, size_t *l
 int doorbell_connect(struct doorbell_endpoint *ep, const uint8_t *blob, size_t len, uint32_t *task_out);
 
 /*
- 1 if `task` is reached over shared memory, 2 over TCP (also a same-node
- task to which a ring could not be made: see doorbell_send); UNKNOWN_TASK.
+ 1 if `task` is reached over shared memory (every same-node task, unless
+ force_tcp), 2 over TCP; UNKNOWN_TASK.
  */
 int doorbell_peer_path(const struct doorbell_endpoint *ep, uint32_t task);
 
 /*
- Open another receive window; `*window_out` gets its number.
- INVALID_ARGUMENT once DOORBELL_MAX_WINDOWS are open.
+ Open another receive window; `*window_out` gets its number.  Its inbound
+ queue (DOORBELL_QUEUE_HEADER_BYTES + ring_bytes) is reserved in the
+ shared-memory directory first.  INVALID_ARGUMENT once
+ DOORBELL_MAX_WINDOWS are open; NO_SHM_SPACE if the queue does not fit.
  */
 int doorbell_window_open(struct doorbell_endpoint *ep, uint32_t *window_out);
 
 /*
  Send one message (up to max_message bytes; `data` may be NULL when `len`
  is 0) to (task, window).  Returns OK
- once the bytes are copied (ring, socket or the peer's backlog): the
- buffer is free at once.  Messages to one (task, window) arrive in order.
- The first send to a same-node (task, window) makes its ring; if the
- shared-memory directory has no room for it, that (task, window) is sent
- to over TCP from then on (doorbell_peer_path says 2; the endpoint's
- first such pair prints one warning on stderr naming the directory and
- the bytes a ring needs).  NO_SHM_SPACE only if that task cannot be
- reached over TCP either: it was never connected (it only sent to us
- through its ring).
+ once the bytes are copied (the receiver's queue, a socket or the peer's
+ backlog): the buffer is free at once.  Messages to one (task, window)
+ arrive in order.  A same-node message goes into the receiver's queue for
+ the window, which all its local senders share; a message over a quarter
+ of that queue goes through a bulk buffer this sender makes for the
+ (task, window), or in chunks if there is no room for one.
  Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST
- (the task died, or closed its endpoint: nobody would read it),
- NO_SHM_SPACE, SHM, SHM_REFUSED (the peer's control segment or our ring's
- name is a symlink or a foreign file), NETWORK.
+ (the task died, or closed its endpoint: nobody would read it; or its
+ queue is corrupt), SHM, SHM_REFUSED (the peer's control segment is a
+ symlink or a foreign file), NETWORK.
  */
 int doorbell_send(struct doorbell_endpoint *ep, uint32_t task, uint32_t window, uint8_t tag, const void *data, size_t len);
 
@@ -453,7 +458,7 @@ int doorbell_progress(struct doorbell_endpoint *ep, uint32_t window, doorbell_re
 /*
  Like progress, but if nothing is there wait (mode DOORBELL_WAIT_*) for a
  message, a notify, a lost peer or `timeout_us` (< 0: no limit), then
- deliver.  While it sleeps, freed ring space wakes it to push this task's
+ deliver.  While it sleeps, freed queue space wakes it to push this task's
  queued sends.  Returns messages delivered (0 with wake->reason NOTIFY,
  TIMEOUT or PEER_CLOSED), or PEER_LOST (wake->reason PEER_LOST, wake->task
  the lost task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`),

@@ -39,7 +39,7 @@ typedef struct mca_btl_doorbell_component_t {
     int wait_mode;              /* DOORBELL_WAIT_POLL/BLOCK/ADAPTIVE */
     unsigned int spin_us;       /* adaptive: idle time before sleeping */
     unsigned int sleep_max_us;  /* upper bound of one sleep */
-    unsigned int ring_size;     /* per-pair ring bytes, 0 -> core default */
+    unsigned int ring_size;     /* inbound queue bytes, 0 -> core default */
     char *shm_dir;              /* NULL/"": env DOORBELL_SHM_DIR, else /dev/shm */
     char *if_include;
     char *if_exclude;

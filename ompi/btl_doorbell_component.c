@@ -317,10 +317,12 @@ static int doorbell_component_register(void)
                   &c->sleep_max_us, OPAL_INFO_LVL_4);
     note_param_error(rc, "btl_doorbell_sleep_max_us");
 
-    c->ring_size = 1 << 20;
+    c->ring_size = 1 << 19;
     rc = reg_uint("ring_size",
-                  "Bytes of payload in each per-peer shared-memory ring: a power of 2 from "
-                  "4096 to 1073741824 (0 = the core's default, 1 MiB)",
+                  "Bytes of payload in each rank's inbound shared-memory queue, which all "
+                  "same-node senders to the rank share: a power of 2 from 4096 to 1073741824 "
+                  "(0 = the core's default, 512 KiB).  A rank's shared memory is this plus "
+                  "about 72 KiB, whatever the number of ranks",
                   &c->ring_size, OPAL_INFO_LVL_5);
     note_param_error(rc, "btl_doorbell_ring_size");
 
@@ -328,10 +330,10 @@ static int doorbell_component_register(void)
     rc = mca_base_component_var_register(
         &c->super.btl_version, "shm_dir",
         "Directory (an absolute path, ideally a tmpfs) for the shared-memory segments: one "
-        "control segment per rank and one ring (btl_doorbell_ring_size + 256 bytes) per "
-        "same-node pair and direction that talks.  Empty: the DOORBELL_SHM_DIR environment "
-        "variable, else /dev/shm.  A pair with no room for its ring uses TCP (one warning "
-        "per rank)",
+        "control segment per rank holding its inbound queue (btl_doorbell_ring_size + "
+        "74,112 bytes), reserved when the rank starts, and bulk buffers for messages over a "
+        "quarter of the queue.  Empty: the DOORBELL_SHM_DIR environment variable, else "
+        "/dev/shm.  A rank with no room for its control segment has no doorbell transport",
         MCA_BASE_VAR_TYPE_STRING, NULL, 0, MCA_BASE_VAR_FLAG_SETTABLE, OPAL_INFO_LVL_5,
         MCA_BASE_VAR_SCOPE_READONLY, &c->shm_dir);
     note_param_error(rc, "btl_doorbell_shm_dir");
@@ -628,17 +630,16 @@ static void explain_create_failure(int rc)
         /* what a tmpfs charges: whole pages */
         const char *source, *dir = shm_dir(&source);
         unsigned long page = (unsigned long) sysconf(_SC_PAGESIZE);
-        unsigned long control = (DOORBELL_CONTROL_BYTES + page - 1) / page * page;
-        unsigned long ring = ((c->ring_size ? c->ring_size : 1ul << 20) + DOORBELL_RING_HEADER_BYTES +
-                              page - 1) / page * page;
+        unsigned long control = (DOORBELL_CONTROL_BYTES + DOORBELL_QUEUE_HEADER_BYTES +
+                                 (c->ring_size ? c->ring_size : 1ul << 19) + page - 1) / page * page;
         unsigned long ranks = 1 + opal_process_info.num_local_peers;
         mca_btl_doorbell_show_help(false, "no-shm-space",
                                    "no room in the shared-memory directory %s on host %s for "
-                                   "this rank's %lu-byte control segment (%lu ranks here need %lu "
-                                   "bytes of them; a ring takes %lu bytes per pair and direction, "
-                                   "%lu for all pairs); the doorbell transport is disabled",
-                                   dir, host, control, ranks, control * ranks, ring,
-                                   ring * ranks * (ranks - 1));
+                                   "this rank's %lu-byte control segment and inbound queue "
+                                   "(%lu ranks here need %lu bytes of them; lower "
+                                   "btl_doorbell_ring_size to need less); the doorbell "
+                                   "transport is disabled",
+                                   dir, host, control, ranks, control * ranks);
         break;
     }
     default:

@@ -195,7 +195,9 @@ mod loom_tests {
         });
     }
 
-    /// The backpressure wake-up (ring.rs SYNC POINT R3 with this bell): a
+    /// The backpressure wake-up with one producer (the per-pair ring's SYNC
+    /// POINT R3 before issue 11; queue.rs Q2 keeps its shape, and
+    /// `queue_backpressure_two_producers` below models the queue): a
     /// producer with a queued rest raises `producer_waiting`, arms its own
     /// bell, raises the flag again and re-reads `head` before sleeping.  The
     /// consumer stores `head` with no fence and reads the flag with a plain
@@ -252,6 +254,126 @@ mod loom_tests {
                 }
             }
             consumer.join().unwrap();
+        });
+    }
+
+    /// The queue's backpressure (queue.rs SYNC POINTS Q1, Q2): two
+    /// producers share one consumer's queue, which holds one message and
+    /// starts full.  A producer takes the lock (CAS), writes if there is
+    /// room, unlocks and rings the consumer's bell; with no room or a busy
+    /// lock it sets its `waiting` bit and `any_waiting`, fences, re-reads
+    /// `head` and the lock, arms its own bell, re-reads once more, sleeps.
+    /// The consumer drains, takes every waiting bit and rings those
+    /// producers' bells on each pass, and before it sleeps arms its bell
+    /// and re-reads `any_waiting` and the tail.  Both messages must arrive:
+    /// a lost wake-up (for room or for the lock) is a loom deadlock.
+    /// Dropping the consumer's post-arm read of `any_waiting`, or a
+    /// producer's re-check after arming, makes loom report one.
+    #[test]
+    fn queue_backpressure_two_producers() {
+        use loom::sync::atomic::AtomicU64;
+        struct Q {
+            lock: AtomicU32,
+            tail: AtomicU64,
+            head: AtomicU64,
+            waiting: AtomicU64,
+            any: AtomicU32,
+            bells: [AtomicU32; 3],
+            fx: FakeFutex,
+        }
+        const CONSUMER: usize = 2;
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let q = Arc::new(Q {
+                lock: AtomicU32::new(0),
+                tail: AtomicU64::new(1),
+                head: AtomicU64::new(0),
+                waiting: AtomicU64::new(0),
+                any: AtomicU32::new(0),
+                bells: [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)],
+                fx: FakeFutex { lock: Mutex::new(()), cond: Condvar::new() },
+            });
+            let mut hs = vec![];
+            for me in 0..2usize {
+                let q = q.clone();
+                hs.push(loom::thread::spawn(move || {
+                    // QueueProducer::write: true written, false not (and
+                    // whether the lock was busy).
+                    let write = |busy: &mut bool| {
+                        *busy = q.lock.compare_exchange(0, me as u32 + 1, Ordering::Acquire, Ordering::Relaxed).is_err();
+                        if *busy {
+                            return false;
+                        }
+                        let tail = q.tail.load(Ordering::Relaxed);
+                        let room = tail - q.head.load(Ordering::Acquire) < 1;
+                        if room {
+                            q.tail.store(tail + 1, Ordering::Release);
+                        }
+                        q.lock.store(0, Ordering::Release);
+                        if room {
+                            ring(&q.fx, &q.bells[CONSUMER]);
+                        }
+                        room
+                    };
+                    // QueueProducer::set_waiting: room or the lock appeared?
+                    let set_waiting = |cache: &mut u64, busy: bool| {
+                        q.waiting.fetch_or(1 << me, Ordering::SeqCst);
+                        q.any.store(1, Ordering::SeqCst);
+                        fence(Ordering::SeqCst);
+                        let head = q.head.load(Ordering::Acquire);
+                        let moved = head != *cache || (busy && q.lock.load(Ordering::Relaxed) == 0);
+                        *cache = head;
+                        moved
+                    };
+                    let (mut cache, mut busy) = (0, false);
+                    while !write(&mut busy) {
+                        if set_waiting(&mut cache, busy) {
+                            continue;
+                        }
+                        let token = arm(&q.bells[me]);
+                        if set_waiting(&mut cache, busy) {
+                            disarm(&q.bells[me]);
+                            continue;
+                        }
+                        sleep(&q.fx, &q.bells[me], token, None);
+                        disarm(&q.bells[me]);
+                    }
+                }));
+            }
+            // The consumer: passes until both messages (tail 3) are read.
+            let mut head = 0;
+            loop {
+                let tail = q.tail.load(Ordering::Acquire);
+                if tail > head {
+                    head = tail;
+                    q.head.store(head, Ordering::Release);
+                }
+                if head == 3 {
+                    break;
+                }
+                let take = |q: &Q| {
+                    if q.any.load(Ordering::Relaxed) != 0 && q.any.swap(0, Ordering::AcqRel) != 0 {
+                        let bits = q.waiting.swap(0, Ordering::AcqRel);
+                        for p in 0..2 {
+                            if bits & 1 << p != 0 {
+                                ring(&q.fx, &q.bells[p]);
+                            }
+                        }
+                    }
+                };
+                take(&q);
+                let token = arm(&q.bells[CONSUMER]);
+                if q.any.load(Ordering::Relaxed) != 0 || q.tail.load(Ordering::Acquire) > head {
+                    disarm(&q.bells[CONSUMER]);
+                    continue;
+                }
+                sleep(&q.fx, &q.bells[CONSUMER], token, None);
+                disarm(&q.bells[CONSUMER]);
+            }
+            for h in hs {
+                h.join().unwrap();
+            }
         });
     }
 

@@ -31,13 +31,14 @@
 //!
 //! All atomics of the double buffer are here:
 //! - SYNC POINT B1: the sender's copy into a slot (and the slot's FULL
-//!   mark) precede the ring's Release store of `tail` (ring.rs R1), and the
-//!   receiver reads the slot only after its Acquire load of that tail.
+//!   mark) precede the queue's Release store of the BULK record's stamp
+//!   (record.rs R1), and the receiver reads the slot only after its Acquire
+//!   load of that stamp.
 //! - SYNC POINT B2: the receiver is done reading a slot, then stores FREE
 //!   (Release); the sender loads FREE (Acquire) before writing the slot
-//!   again.  The receiver frees the slot before it stores the ring's `head`
-//!   past the BULK record, so the ring's backpressure wake-up (ring.rs R3)
-//!   also covers a sender waiting for a slot.
+//!   again.  The receiver frees the slot before it stores the queue's
+//!   `head` past the BULK record, so the queue's backpressure wake-up
+//!   (queue.rs Q2) also covers a sender waiting for a slot.
 
 use crate::error::{Error, Result};
 use crate::shm::{bulk_name, Owner, Segment, ShmSafe};

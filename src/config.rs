@@ -32,8 +32,9 @@ pub struct Config {
     pub node_id: u64,
     pub job: String,
     pub shm_dir: String,
+    /// Data bytes of each window's inbound queue (queue.rs).
     pub ring_bytes: u32,
-    /// Messages over a quarter ring and up to this go through the ring's
+    /// Messages over a quarter queue and up to this go through the ring's
     /// bulk double buffer (bulk.rs); below ring_bytes / 4 it is never used.
     pub bulk_max: u64,
     pub wait_mode: WaitMode,
@@ -58,7 +59,7 @@ impl Default for Config {
             node_id: 0,
             job: "doorbell".into(),
             shm_dir: std::env::var("DOORBELL_SHM_DIR").unwrap_or_else(|_| "/dev/shm".into()),
-            ring_bytes: 1 << 20,
+            ring_bytes: 1 << 19,
             bulk_max: 64 << 20,
             wait_mode: env_wait_mode().unwrap_or(WaitMode::Adaptive),
             spin_us: 50,

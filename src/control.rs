@@ -1,19 +1,30 @@
-//! A task's control segment: its windows' bells and the table of rings that
-//! senders created for each window.  Senders map it to ring the bells.
+//! A task's control segment: its windows' bells and inbound queues.
+//! Every local sender maps it to write into a queue and ring a bell.
 //!
 //! ```text
-//! offset 0     ControlHeader (64 B)
-//! offset 64    WindowSlot[MAX_WINDOWS]   (each 64 B + 2 KiB bitmap)
+//! offset 0      ControlHeader (64 B)
+//! offset 64     WindowSlot[MAX_WINDOWS]   (64 B each)
+//! offset 4096   window w's queue at 4096 + w * (QUEUE_HEADER_BYTES + queue_bytes)
+//!               (queue.rs), MAX_WINDOWS of them
 //! ```
+//!
+//! The file has room for every window's queue, but only the queues of open
+//! windows are reserved (fallocate; the rest is a hole nobody touches): a
+//! rank's shared memory is its open windows' queues, whatever the number
+//! of peers, and a full directory is an error when a window opens, never a
+//! SIGBUS later.
 
-use crate::config::{MAX_TASKS, MAX_WINDOWS};
+use crate::config::MAX_WINDOWS;
 use crate::error::{Error, Result};
+use crate::queue::QueueRef;
 use crate::shm::{control_name, Owner, Segment, ShmSafe};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DBCTRL\0\0");
-/// 2: WindowSlot::notified.  3: unlink_after, mapped_by.
-pub const CONTROL_VERSION: u32 = 3;
+/// 2: WindowSlot::notified.  3: unlink_after, mapped_by.  4: inbound
+/// queues (queue_bytes) instead of a ring bitmap per window.
+pub const CONTROL_VERSION: u32 = 4;
 /// `unlink_after` of an owner that does not know its peers: the name stays
 /// until it closes.
 const UNLINK_AT_CLOSE: u32 = u32::MAX;
@@ -34,7 +45,9 @@ pub struct ControlHeader {
     /// Peers that mapped it so far; the one that brings it to
     /// `unlink_after` removes the name.
     pub mapped_by: AtomicU32,
-    _pad: [u8; 28],
+    /// Data bytes of each window's queue (a power of 2, 4 KiB..1 GiB).
+    pub queue_bytes: u32,
+    _pad: [u8; 24],
 }
 
 /// One receive window.
@@ -42,17 +55,13 @@ pub struct ControlHeader {
 pub struct WindowSlot {
     /// The doorbell word (see bell.rs).
     pub bell: AtomicU32,
-    /// Set by a sender after it adds a ring to `ring_bitmap`.
-    pub new_rings: AtomicU32,
-    /// Set (Release) by a local_notify, or by a consumer that freed ring
+    /// Set (Release) by a local_notify, or by a consumer that freed queue
     /// space this window's owner waits for, before it rings `bell`; taken
     /// by the owner's next progress pass (Woke::Notify).  Sticky, so a
     /// notify that finds the window awake is not lost: the owner's re-check
-    /// after arming reads it (the ring's fence pairs with the arm's).
+    /// after arming reads it (the queue's fence pairs with the arm's).
     pub notified: AtomicU32,
-    _pad: [u8; 52],
-    /// Bit `src` set: a ring from task `src` to this window exists.
-    pub ring_bitmap: [AtomicU64; (MAX_TASKS / 64) as usize],
+    _pad: [u8; 56],
 }
 
 // SAFETY: repr(C), plain integers and atomics only, all-zero is valid.
@@ -63,15 +72,31 @@ unsafe impl ShmSafe for WindowSlot {}
 const _: () = assert!(std::mem::size_of::<ControlHeader>() == 64);
 const _: () = assert!(std::mem::offset_of!(ControlHeader, owner_pid) == 12, "shm::reap_dead_tasks reads it there");
 const _: () = assert!(std::mem::offset_of!(ControlHeader, mapped_by) == 32);
-const _: () = assert!(std::mem::size_of::<WindowSlot>() == 64 + 2048);
-const _: () = assert!(std::mem::align_of::<WindowSlot>() == 8);
+const _: () = assert!(std::mem::offset_of!(ControlHeader, queue_bytes) == 36);
+const _: () = assert!(std::mem::size_of::<WindowSlot>() == 64);
 
 pub const HEADER_BYTES: usize = 64;
-pub const CONTROL_BYTES: usize =
-    HEADER_BYTES + MAX_WINDOWS as usize * std::mem::size_of::<WindowSlot>();
+/// The header and the window slots, page-rounded: the queues follow.
+pub const CONTROL_BYTES: usize = 4096;
+const _: () = assert!(HEADER_BYTES + MAX_WINDOWS as usize * std::mem::size_of::<WindowSlot>() <= CONTROL_BYTES);
+
+/// Where window `w`'s queue starts, and the whole file's length, for
+/// queues of `queue_bytes`.
+fn queue_at(w: u32, queue_bytes: u64) -> usize {
+    CONTROL_BYTES + w as usize * QueueRef::bytes(queue_bytes) as usize
+}
+
+fn file_len(queue_bytes: u64) -> usize {
+    queue_at(MAX_WINDOWS, queue_bytes)
+}
+
+fn queue_bytes_ok(q: u64) -> bool {
+    q.is_power_of_two() && (4096..=1 << 30).contains(&q)
+}
 
 pub struct Control {
-    seg: Segment,
+    seg: Arc<Segment>,
+    queue_bytes: u64,
 }
 
 /// The control segment's name lives only until every peer that needs it
@@ -82,15 +107,23 @@ pub struct Control {
 /// removes it at once.  A peer that comes later still finds the segment
 /// through the owner's descriptor (`open_held_by`).
 impl Control {
-    pub fn create(dir: &str, job: &str, task: u32, peers: Option<u32>) -> Result<Control> {
-        let seg = Segment::create(dir, &control_name(job, task), CONTROL_BYTES, Owner::Locked)?;
-        let mut c = Control { seg };
+    /// Create `task`'s control segment with window 0 open and its queue of
+    /// `queue_bytes` reserved.
+    pub fn create(dir: &str, job: &str, task: u32, peers: Option<u32>, queue_bytes: u32) -> Result<Control> {
+        let qb = queue_bytes as u64;
+        if !queue_bytes_ok(qb) {
+            return Err(Error::InvalidArgument);
+        }
+        let name = control_name(job, task);
+        let seg = Segment::create_reserving(dir, &name, file_len(qb), queue_at(1, qb), Owner::Locked)?;
+        let mut c = Control { seg: Arc::new(seg), queue_bytes: qb };
         // SAFETY: the segment is CONTROL_BYTES long and page aligned; we
         // created it, no reference into it exists yet, and nobody validates
         // it before `version` is published below, so these plain writes
         // through the mapping's raw pointer are ours alone.
         unsafe {
             let p = c.seg.base() as *mut ControlHeader;
+            (*p).queue_bytes = queue_bytes;
             (*p).magic = CONTROL_MAGIC;
             (*p).owner_pid = std::process::id();
             (*p).owner_task = task;
@@ -101,7 +134,7 @@ impl Control {
         // SYNC POINT B: publishes the header fields above (Acquire in `open`).
         h.version.store(CONTROL_VERSION, Ordering::Release);
         if peers == Some(0) {
-            c.seg.unlink();
+            c.seg_mut().unlink();
         }
         Ok(c)
     }
@@ -115,7 +148,7 @@ impl Control {
             (Err(Error::Shm), Some(pid)) => Segment::open_held_by(pid, dir, &name, CONTROL_BYTES)?,
             (r, _) => r?,
         };
-        let mut c = Control { seg };
+        let mut c = Control { seg: Arc::new(seg), queue_bytes: 0 };
         let h = c.header();
         // SYNC POINT B (reader side).
         if h.version.load(Ordering::Acquire) != CONTROL_VERSION
@@ -124,11 +157,38 @@ impl Control {
         {
             return Err(Error::Shm);
         }
+        // The queue size comes from shared memory: checked before use.
+        let qb = h.queue_bytes as u64;
+        if !queue_bytes_ok(qb) || c.seg.len() < file_len(qb) {
+            return Err(Error::Shm);
+        }
+        let unlink = me != task && h.mapped_by.fetch_add(1, Ordering::AcqRel).wrapping_add(1) == h.unlink_after;
+        c.queue_bytes = qb;
         // The owner mapping its own segment (a send to itself) is no peer.
-        if me != task && h.mapped_by.fetch_add(1, Ordering::AcqRel).wrapping_add(1) == h.unlink_after {
-            c.seg.unlink();
+        if unlink {
+            c.seg_mut().unlink();
         }
         Ok(c)
+    }
+
+    fn seg_mut(&mut self) -> &mut Segment {
+        Arc::get_mut(&mut self.seg).expect("no queue handed out yet")
+    }
+
+    /// Window `w`'s queue (w < MAX_WINDOWS; open or not: callers check).
+    pub fn queue(&self, w: u32) -> Result<QueueRef> {
+        if w >= MAX_WINDOWS {
+            return Err(Error::UnknownWindow);
+        }
+        QueueRef::new(self.seg.clone(), queue_at(w, self.queue_bytes), self.queue_bytes)
+    }
+
+    /// Reserve window `w`'s queue (the owner, before it opens `w`).
+    pub fn reserve_window(&self, w: u32) -> Result<()> {
+        if w >= MAX_WINDOWS {
+            return Err(Error::InvalidArgument);
+        }
+        self.seg.reserve_range(queue_at(w, self.queue_bytes), QueueRef::bytes(self.queue_bytes) as usize)
     }
 
     pub fn header(&self) -> &ControlHeader {

@@ -107,11 +107,9 @@ pub(crate) struct Inner {
     /// Messages queued in peers' backlogs (a fast "anything to push?";
     /// counted in messages, since a zero-length message has no bytes).
     pub(crate) backlog_msgs: AtomicU64,
-    /// Bytes in those messages not yet in a ring (to see a stream move).
+    /// Bytes in those messages not yet in a queue (to see a stream move).
     pub(crate) backlog_bytes: AtomicU64,
     pub(crate) parker: SharedFutex,
-    /// The "no room for a ring" warning was printed (once per endpoint).
-    pub(crate) shm_full_warned: AtomicBool,
     /// The FLIH thread failed (flih.rs): progress and wait report it.
     pub(crate) flih_failed: AtomicBool,
 }
@@ -149,7 +147,7 @@ impl Endpoint {
         listener.set_nonblocking(true).map_err(|_| Error::Network)?;
         let port = listener.local_addr().map_err(|_| Error::Network)?.port();
         crate::shm::reap_dead_tasks(&cfg.shm_dir);
-        let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers)?;
+        let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers, cfg.ring_bytes)?;
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?;
         let eventfd = || EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(|_| Error::Internal);
         let readable = |token| EpollEvent::new(EpollFlags::EPOLLIN, token);
@@ -193,9 +191,11 @@ impl Endpoint {
             backlog_msgs: AtomicU64::new(0),
             backlog_bytes: AtomicU64::new(0),
             parker: SharedFutex,
-            shm_full_warned: AtomicBool::new(false),
             flih_failed: AtomicBool::new(false),
         });
+        if let Some(mut rx) = inner.windows[0].rx.try_lock() {
+            inner.take_up_queue(0, &mut rx)?;
+        }
         let flih_inner = inner.clone();
         let flih = std::thread::Builder::new()
             .name("doorbell-flih".into())
@@ -232,8 +232,16 @@ impl Endpoint {
             if n >= MAX_WINDOWS {
                 return Err(Error::InvalidArgument);
             }
+            // Its queue is reserved before senders can see the window open:
+            // a full shm directory is an error here, never a SIGBUS later.
+            self.inner.control.reserve_window(n)?;
             match h.windows_open.compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(n),
+                Ok(_) => {
+                    if let Some(mut rx) = self.inner.windows[n as usize].rx.try_lock() {
+                        self.inner.take_up_queue(n, &mut rx)?;
+                    }
+                    return Ok(n);
+                }
                 Err(now) => n = now,
             }
         }
@@ -241,7 +249,7 @@ impl Endpoint {
 
     pub fn peer_path(&self, task: u32) -> Result<u32> {
         let p = self.inner.peer(task)?;
-        Ok(if p.local && p.tcp_windows.load(Ordering::Acquire) == 0 { 1 } else { 2 })
+        Ok(if p.local { 1 } else { 2 })
     }
 
     pub fn send(&self, task: u32, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
@@ -284,7 +292,7 @@ impl Drop for Endpoint {
             let _ = h.join();
         }
         // Dropping Inner unlinks our control segment, if its name is still
-        // there, and the rings and bulk files our receivers have mapped
+        // there, and the bulk files our receivers have mapped
         // (unread ones stay for their reader: say_goodbye).  What senders
         // left for us we will never read.
         crate::shm::unlink_inbound_to(&self.inner.cfg.shm_dir, &self.inner.cfg.job, self.inner.cfg.task);
@@ -328,11 +336,8 @@ impl Inner {
         if p.lost.load(Ordering::Acquire) {
             return Err(Error::PeerLost);
         }
-        if p.local && p.tcp_windows.load(Ordering::Relaxed) & (1 << window) == 0 {
-            match self.send_local(p, window, tag, parts) {
-                Err(Error::NoShmSpace) => self.shm_full(p, window)?,
-                sent => return sent,
-            }
+        if p.local {
+            return self.send_local(p, window, tag, parts);
         }
         self.send_tcp(p, window, tag, parts, len)
     }
@@ -408,14 +413,14 @@ impl Inner {
         self.next_token.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// One non-sleeping pass over a window: backlogs, rings, TCP inbox,
+    /// One non-sleeping pass over a window: backlogs, the queue, TCP inbox,
     /// then (only if no message came) a peer event or a notify.
     pub(crate) fn progress(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Delivered {
         self.push_all_backlogs();
         let mut d = Delivered::default();
         let w = &self.windows[window as usize];
         // Another thread is delivering this window: it reports.
-        let Some(shm) = self.poll_rings(window, cb) else { return d };
+        let Some(shm) = self.poll_queue(window, cb) else { return d };
         d.shm = shm;
         self.poll_conns();
         d.tcp = self.drain_inbox(w, cb);
@@ -453,7 +458,7 @@ impl Inner {
     /// keeps its file, so what we sent is still delivered.
     pub(crate) fn say_goodbye(&self) {
         self.control.header().closed.store(1, Ordering::Release);
-        self.close_rings();
+        self.close_queues();
         self.goodbye_tcp();
     }
 }

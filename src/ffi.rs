@@ -73,7 +73,7 @@ pub const DOORBELL_WAIT_ADAPTIVE: u32 = 3;
 
 /// Messages were delivered.
 pub const DOORBELL_WOKE_MESSAGE: u32 = 1;
-/// A doorbell_local_notify (or freed ring space for this task's queued
+/// A doorbell_local_notify (or freed queue space for this task's queued
 /// sends) since the last report, and no message.  Sticky: a notify that
 /// finds the window awake is reported by its next progress or wait.
 pub const DOORBELL_WOKE_NOTIFY: u32 = 2;
@@ -96,15 +96,17 @@ pub const DOORBELL_MAX_WINDOWS: u32 = 16;
 const _: () = assert!(DOORBELL_ADDRESS_MAX == ADDRESS_MAX && DOORBELL_MAX_TASKS == MAX_TASKS);
 const _: () = assert!(DOORBELL_MAX_WINDOWS == MAX_WINDOWS);
 
-/// Bytes of a task's control segment in the shared-memory directory
-/// (reserved whole at doorbell_endpoint_create).
-pub const DOORBELL_CONTROL_BYTES: usize = 33856;
-/// Bytes of a ring segment beyond its ring_bytes (reserved whole at the
-/// first send to a same-node (task, window)).
-pub const DOORBELL_RING_HEADER_BYTES: usize = 256;
+/// Bytes of a task's control segment before its queues.  Creating an
+/// endpoint reserves these plus window 0's queue (DOORBELL_QUEUE_HEADER_BYTES
+/// + ring_bytes) in the shared-memory directory; each further window
+/// opened reserves one more queue.  Nothing else grows with the peers
+/// (bulk buffers for messages over ring_bytes / 4 aside).
+pub const DOORBELL_CONTROL_BYTES: usize = 4096;
+/// Bytes of a window's inbound queue beyond its ring_bytes.
+pub const DOORBELL_QUEUE_HEADER_BYTES: usize = 70016;
 
 const _: () = assert!(DOORBELL_CONTROL_BYTES == crate::control::CONTROL_BYTES);
-const _: () = assert!(DOORBELL_RING_HEADER_BYTES == crate::ring::HEADER_BYTES);
+const _: () = assert!(DOORBELL_QUEUE_HEADER_BYTES == crate::queue::QUEUE_HEADER_BYTES);
 
 /// Opaque per-process endpoint.  Any thread may send; each window should be
 /// progressed by one thread at a time (a concurrent progress of the same
@@ -124,7 +126,8 @@ pub struct doorbell_config {
     pub job: *const c_char,
     /// NULL: env DOORBELL_SHM_DIR or "/dev/shm".
     pub shm_dir: *const c_char,
-    /// Per-pair ring bytes, a power of 2 in 4 KiB..1 GiB; 0: 1 MiB.
+    /// Data bytes of each window's inbound queue (all local senders to the
+    /// window share it), a power of 2 in 4 KiB..1 GiB; 0: 512 KiB.
     pub ring_bytes: u32,
     /// DOORBELL_WAIT_*; DEFAULT: env DOORBELL_WAIT_MODE (poll|block|adaptive) or adaptive.
     pub wait_mode: u32,
@@ -140,8 +143,8 @@ pub struct doorbell_config {
     pub port_min: u16,
     pub port_max: u16,
     /// Messages over ring_bytes / 4 and up to this many bytes go through a
-    /// per-ring double buffer of two message-sized slots (one copy on each
-    /// side) instead of ring chunks; 0: 64 MiB; at most 1 GiB; 1: never.
+    /// per-(sender, receiver, window) double buffer of two message-sized slots (one copy on each
+    /// side) instead of queue chunks; 0: 64 MiB; at most 1 GiB; 1: never.
     pub bulk_max_bytes: u32,
     /// Largest message; 0: 1 GiB; at most 4 GiB - 1.
     pub max_message: u64,
@@ -291,7 +294,8 @@ fn config_from_c(c: &doorbell_config) -> Result<Config, Error> {
 
 /// Create the endpoint: control segment, TCP listener, FLIH thread; window 0
 /// is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE (no room in the
-/// shared-memory directory for the DOORBELL_CONTROL_BYTES control segment), SHM, SHM_REFUSED (a
+/// shared-memory directory for the control segment with window 0's queue:
+/// DOORBELL_CONTROL_BYTES + DOORBELL_QUEUE_HEADER_BYTES + ring_bytes), SHM, SHM_REFUSED (a
 /// symlink or foreign file at the control segment's name), IN_USE (a live
 /// endpoint has the same job key and task on this node), NO_INTERFACE,
 /// NETWORK.
@@ -372,8 +376,8 @@ pub unsafe extern "C" fn doorbell_connect(ep: *mut doorbell_endpoint, blob: *con
     })
 }
 
-/// 1 if `task` is reached over shared memory, 2 over TCP (also a same-node
-/// task to which a ring could not be made: see doorbell_send); UNKNOWN_TASK.
+/// 1 if `task` is reached over shared memory (every same-node task, unless
+/// force_tcp), 2 over TCP; UNKNOWN_TASK.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_peer_path(ep: *const doorbell_endpoint, task: u32) -> c_int {
     guard(|| {
@@ -383,8 +387,10 @@ pub unsafe extern "C" fn doorbell_peer_path(ep: *const doorbell_endpoint, task: 
     })
 }
 
-/// Open another receive window; `*window_out` gets its number.
-/// INVALID_ARGUMENT once DOORBELL_MAX_WINDOWS are open.
+/// Open another receive window; `*window_out` gets its number.  Its inbound
+/// queue (DOORBELL_QUEUE_HEADER_BYTES + ring_bytes) is reserved in the
+/// shared-memory directory first.  INVALID_ARGUMENT once
+/// DOORBELL_MAX_WINDOWS are open; NO_SHM_SPACE if the queue does not fit.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_window_open(ep: *mut doorbell_endpoint, window_out: *mut u32) -> c_int {
     guard(|| {
@@ -399,19 +405,16 @@ pub unsafe extern "C" fn doorbell_window_open(ep: *mut doorbell_endpoint, window
 
 /// Send one message (up to max_message bytes; `data` may be NULL when `len`
 /// is 0) to (task, window).  Returns OK
-/// once the bytes are copied (ring, socket or the peer's backlog): the
-/// buffer is free at once.  Messages to one (task, window) arrive in order.
-/// The first send to a same-node (task, window) makes its ring; if the
-/// shared-memory directory has no room for it, that (task, window) is sent
-/// to over TCP from then on (doorbell_peer_path says 2; the endpoint's
-/// first such pair prints one warning on stderr naming the directory and
-/// the bytes a ring needs).  NO_SHM_SPACE only if that task cannot be
-/// reached over TCP either: it was never connected (it only sent to us
-/// through its ring).
+/// once the bytes are copied (the receiver's queue, a socket or the peer's
+/// backlog): the buffer is free at once.  Messages to one (task, window)
+/// arrive in order.  A same-node message goes into the receiver's queue for
+/// the window, which all its local senders share; a message over a quarter
+/// of that queue goes through a bulk buffer this sender makes for the
+/// (task, window), or in chunks if there is no room for one.
 /// Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH, WOULD_BLOCK, PEER_LOST
-/// (the task died, or closed its endpoint: nobody would read it),
-/// NO_SHM_SPACE, SHM, SHM_REFUSED (the peer's control segment or our ring's
-/// name is a symlink or a foreign file), NETWORK.
+/// (the task died, or closed its endpoint: nobody would read it; or its
+/// queue is corrupt), SHM, SHM_REFUSED (the peer's control segment is a
+/// symlink or a foreign file), NETWORK.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_send(
     ep: *mut doorbell_endpoint,
@@ -526,7 +529,7 @@ pub unsafe extern "C" fn doorbell_progress(
 
 /// Like progress, but if nothing is there wait (mode DOORBELL_WAIT_*) for a
 /// message, a notify, a lost peer or `timeout_us` (< 0: no limit), then
-/// deliver.  While it sleeps, freed ring space wakes it to push this task's
+/// deliver.  While it sleeps, freed queue space wakes it to push this task's
 /// queued sends.  Returns messages delivered (0 with wake->reason NOTIFY,
 /// TIMEOUT or PEER_CLOSED), or PEER_LOST (wake->reason PEER_LOST, wake->task
 /// the lost task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`),

@@ -12,9 +12,9 @@
 //!   loopback socket, the input cut into pieces, checked against a straight
 //!   reading of the same bytes;
 //! - `address`: the address blob (address.rs);
-//! - `ring`: a ring consumer (ring.rs) that maps a segment whose header and
-//!   records are arbitrary, with a bulk segment (bulk.rs) whose header and
-//!   slots are arbitrary too.
+//! - `queue`: a window queue's consumer (queue.rs) over a queue whose
+//!   header lines and records are arbitrary, with a bulk segment (bulk.rs)
+//!   whose header and slots are arbitrary too.
 
 use crate::address::{Address, ADDRESS_BYTES};
 use crate::buf_pool::BufPool;
@@ -22,8 +22,9 @@ use crate::config::{Config, MAX_TASKS};
 use crate::frame::{self, FrameHeader, FRAME_HEADER};
 use crate::handshake::{self, Nonce, Secret, Transcript, CHALLENGE_BYTES, HELLO_BYTES};
 use crate::pending::{Listener, PendingSet, Step};
-use crate::ring::{Consumer, Gather, Producer, HEADER_BYTES};
-use crate::shm::{bulk_name, ring_name, Owner, Segment};
+use crate::queue::{BulkId, QueueConsumer, QueueProducer, QueueRef, QUEUE_HEADER_BYTES};
+use crate::record::Gather;
+use crate::shm::{bulk_name, Owner, Segment};
 use crate::tcp::{Conn, RxBudget, RxEnd, RxEvent};
 use nix::sys::epoll::{Epoll, EpollCreateFlags};
 use std::io::Write;
@@ -224,10 +225,16 @@ pub fn address(data: &[u8]) {
     }
 }
 
-/// The ring the `ring` target maps: 4 KiB of records.
-const RING_CAPACITY: u32 = 4096;
-const RING_FILE: usize = HEADER_BYTES + RING_CAPACITY as usize;
-/// Its bulk generation 0: the header page and two 4 KiB slots.
+/// The queue the `queue` target maps: 4 KiB of records.  Its input
+/// gives the header's first QUEUE_HEAD bytes (lock, tail, head,
+/// any_waiting and the first 512 senders' waiting bits: what the consumer
+/// reads) and the records; the rest of the sender sets and the pid table
+/// stay zero.
+const QUEUE_CAPACITY: u64 = 4096;
+const QUEUE_HEAD: usize = 448;
+const QUEUE_INPUT: usize = QUEUE_HEAD + QUEUE_CAPACITY as usize;
+const QUEUE_FILE: usize = QUEUE_HEADER_BYTES + QUEUE_CAPACITY as usize;
+/// Its sender SRC's bulk generation 0: the header page and two 4 KiB slots.
 const BULK_SLOT: usize = 4096;
 const BULK_FILE: usize = crate::bulk::DATA_OFFSET + crate::bulk::SLOTS * BULK_SLOT;
 const SRC: u32 = 1;
@@ -237,30 +244,40 @@ fn fuzz_job() -> String {
     format!("fuzz{}", std::process::id())
 }
 
-/// Copy `bytes` (zero-padded) over the start of a segment.
-fn fill(seg: &Segment, bytes: &[u8]) {
-    let n = bytes.len().min(seg.len());
-    // SAFETY: n bytes fit in the mapping; this process's only other
-    // mapping of the file (the consumer's) is not made yet.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), seg.base(), n) };
+/// Copy `bytes` (zero-padded) to `at` in a segment.
+fn fill(seg: &Segment, at: usize, bytes: &[u8]) {
+    let n = bytes.len().min(seg.len() - at);
+    // SAFETY: at + n bytes fit in the mapping; nothing else in this
+    // process reads or writes it yet.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), seg.base().add(at), n) };
 }
 
-/// Ring reader: `data` is the ring file (header, then records: RING_FILE
-/// bytes), then the file of bulk generation 0 (BULK_FILE bytes); missing
-/// bytes are zero.  The consumer maps them and polls.  It may refuse them
-/// (an error), but what it delivers lies in the ring's data area, in a bulk
-/// slot, or in a buffer of its own -- never elsewhere in a mapping.
-pub fn ring(data: &[u8]) -> usize {
+fn queue_file(job: &str) -> String {
+    format!("doorbell-{job}-queue")
+}
+
+/// Queue reader: `data` is the queue's first header bytes and its records
+/// (QUEUE_INPUT bytes), then the file of SRC's bulk generation 0
+/// (BULK_FILE bytes); missing bytes are zero.  The consumer polls and
+/// takes the waiting set.  It may refuse them (an error), but what it
+/// delivers lies in the queue's data area, in a bulk slot, or in a buffer
+/// of its own -- never elsewhere in a mapping.
+pub fn queue(data: &[u8]) -> usize {
     let (dir, job) = ("/dev/shm", fuzz_job());
-    let (ring_bytes, bulk_bytes) = data.split_at(data.len().min(RING_FILE));
-    let ring_seg = Segment::create(dir, &ring_name(&job, SRC, DST, 0), RING_FILE, Owner::Unlocked).expect("a ring file");
-    fill(&ring_seg, ring_bytes);
+    let (q_bytes, bulk_bytes) = data.split_at(data.len().min(QUEUE_INPUT));
+    let (head, records) = q_bytes.split_at(q_bytes.len().min(QUEUE_HEAD));
+    let seg = Arc::new(Segment::create(dir, &queue_file(&job), QUEUE_FILE, Owner::Unlocked).expect("a queue file"));
+    fill(&seg, 0, head);
+    fill(&seg, QUEUE_HEADER_BYTES, records);
     let bulk_seg = Segment::create(dir, &bulk_name(&job, SRC, DST, 0, 0), BULK_FILE, Owner::Unlocked).expect("a bulk file");
-    fill(&bulk_seg, bulk_bytes);
-    let Ok(mut c) = Consumer::open(dir, &job, SRC, DST, 0, Config::default().max_message) else { return 0 };
+    fill(&bulk_seg, 0, bulk_bytes);
+    let q = QueueRef::new(seg, 0, QUEUE_CAPACITY).expect("the queue fits its file");
+    let id = BulkId { dir: dir.into(), job: job.clone(), src: 0, dst: DST, window: 0 };
+    let Ok(mut c) = QueueConsumer::new(q, id, Config::default().max_message) else { return 0 };
     let mut got: Vec<(usize, usize)> = vec![];
     for _ in 0..4 {
-        let mut deliver = |_tag: u8, d: &[u8]| {
+        let mut deliver = |src: u32, _tag: u8, d: &[u8]| {
+            assert!(src < MAX_TASKS, "a sender task past MAX_TASKS");
             // Touch every byte: a slice past a mapping faults here.
             std::hint::black_box(d.iter().fold(0u8, |a, &b| a ^ b));
             got.push((d.as_ptr() as usize, d.len()));
@@ -269,6 +286,7 @@ pub fn ring(data: &[u8]) -> usize {
             break;
         }
     }
+    c.take_waiting(&mut |t| assert!(t < MAX_TASKS));
     let inside = |(p, n): (usize, usize), (lo, hi): (usize, usize)| p >= lo && p + n <= hi;
     let overlaps = |(p, n): (usize, usize), (lo, hi): (usize, usize)| p < hi && p + n > lo;
     let (maps, allowed) = c.fuzz_ranges();
@@ -280,20 +298,25 @@ pub fn ring(data: &[u8]) -> usize {
     got.len()
 }
 
-/// A `ring` input made by a real producer: the ring file, then bulk
-/// generation 0 (its slots cut to BULK_SLOT), after sending `messages`.
-/// Bulk messages must fit in BULK_SLOT.  For the committed seeds.
-pub fn ring_seed(messages: &[&[u8]]) -> Vec<u8> {
+/// A `queue` input made by a real producer (task SRC): the queue's first
+/// header bytes and records, then bulk generation 0 (its slots cut to
+/// BULK_SLOT), after sending `messages`.  Bulk messages must fit in
+/// BULK_SLOT.  For the committed seeds.
+pub fn queue_seed(messages: &[&[u8]]) -> Vec<u8> {
     let (dir, job) = ("/dev/shm", format!("{}seed", fuzz_job()));
-    let mut p = Producer::create(dir, &job, SRC, DST, 0, RING_CAPACITY, BULK_SLOT as u64).expect("a ring");
+    let seg = Arc::new(Segment::create(dir, &queue_file(&job), QUEUE_FILE, Owner::Unlocked).expect("a queue file"));
+    let q = QueueRef::new(seg.clone(), 0, QUEUE_CAPACITY).expect("the queue fits its file");
+    let id = BulkId { dir: dir.into(), job: job.clone(), src: SRC, dst: DST, window: 0 };
+    let mut p = QueueProducer::new(q, id, std::process::id(), BULK_SLOT as u64).expect("a producer");
     for m in messages {
         let parts = [*m];
         let mut off = 0;
-        assert!(p.write(7, &Gather::new(&parts), &mut off), "the seed's messages fit in the ring");
+        assert_eq!(p.write(7, &Gather::new(&parts), &mut off), Ok(true), "the seed's messages fit in the queue");
     }
-    let ring_path = format!("{dir}/{}", ring_name(&job, SRC, DST, 0));
+    let file = std::fs::read(format!("{dir}/{}", queue_file(&job))).expect("the queue file");
+    let mut out = file[..QUEUE_HEAD].to_vec();
+    out.extend_from_slice(&file[QUEUE_HEADER_BYTES..]);
     let bulk_path = format!("{dir}/{}", bulk_name(&job, SRC, DST, 0, 0));
-    let mut out = std::fs::read(&ring_path).expect("the ring file");
     if let Ok(b) = std::fs::read(&bulk_path) {
         let full_slot = (b.len() - crate::bulk::DATA_OFFSET) / crate::bulk::SLOTS;
         let mut cut = b[..crate::bulk::DATA_OFFSET].to_vec();
@@ -354,9 +377,9 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ("tcp_rx", "bad-window", cut(10, &garbage)),
         ("tcp_rx", "large-frame", cut(255, &[&msg(3 << 20, 2, 1)[..], &[0xab; 4000]].concat())),
         ("address", "valid", a.encode().to_vec()),
-        ("ring", "empty", ring_seed(&[])),
-        ("ring", "small-and-two-bulk", ring_seed(&[&small, &bulk2, &bulk])),
-        ("ring", "full", ring_seed(&[&[1u8; 900], &[2u8; 900], &[3u8; 900], &[4u8; 900]])),
+        ("queue", "empty", queue_seed(&[])),
+        ("queue", "small-and-two-bulk", queue_seed(&[&small, &bulk2, &bulk])),
+        ("queue", "full", queue_seed(&[&[1u8; 900], &[2u8; 900], &[3u8; 900], &[4u8; 900]])),
     ]
 }
 
@@ -379,18 +402,18 @@ mod tests {
 
     #[test]
     fn committed_fuzz_corpora_replay_clean() {
-        let n = replay("frame", frame) + replay("handshake", handshake) + replay("tcp_rx", tcp_rx) + replay("address", address) + replay("ring", |d| {
-            ring(d);
+        let n = replay("frame", frame) + replay("handshake", handshake) + replay("tcp_rx", tcp_rx) + replay("address", address) + replay("queue", |d| {
+            queue(d);
         });
         println!("replayed {n} corpus files");
     }
 
     #[test]
-    fn ring_seed_is_read_back_whole() {
+    fn queue_seed_is_read_back_whole() {
         let small = [3u8; 100];
         let big = [9u8; 3000];
-        let seed = ring_seed(&[&small, &big]);
-        assert_eq!(seed.len(), RING_FILE + BULK_FILE);
-        assert_eq!(ring(&seed), 2, "the ring message and the bulk one");
+        let seed = queue_seed(&[&small, &big]);
+        assert_eq!(seed.len(), QUEUE_INPUT + BULK_FILE);
+        assert_eq!(queue(&seed), 2, "the queue message and the bulk one");
     }
 }

@@ -46,13 +46,13 @@ mod peers;
 #[cfg(not(loom))]
 mod pending;
 #[cfg(not(loom))]
+mod queue;
+#[cfg(not(loom))]
 mod preload;
 #[cfg(not(loom))]
-mod ring;
+mod record;
 #[cfg(not(loom))]
 mod shm;
-#[cfg(not(loom))]
-mod shm_full;
 mod sync;
 #[cfg(not(loom))]
 mod sys;

@@ -9,7 +9,6 @@ use crate::counters::{bump, GuardedCount};
 use crate::endpoint::{Inner, Woke, PID_BIT};
 use crate::error::{Error, Result};
 use crate::path::shm::PeerTx;
-use crate::ring::ClosedFlag;
 use crate::sync::lock;
 use crate::sys;
 use crate::tcp::Conn;
@@ -39,15 +38,9 @@ pub(crate) struct Peer {
     pub(crate) ended: AtomicBool,
     pub(crate) watched: AtomicBool,
     pub(crate) pidfd: Mutex<Option<OwnedFd>>,
-    /// Bit w: no ring to window w could be made (shm directory full), so
-    /// sends to it go over TCP, for good (shm_full.rs).  Set under `tx`.
-    pub(crate) tcp_windows: AtomicU32,
     /// Its process id, once known (0 before): finds its control segment
     /// after the name is gone (control.rs).
     pub(crate) pid: AtomicU32,
-    /// The closed flags of the rings it sends us on: a receive-only peer's
-    /// orderly close shows there (ring.rs `Producer::close`).
-    pub(crate) inbound: Mutex<Vec<ClosedFlag>>,
     /// Written under `tx` only (counters.rs).
     pub(crate) shm_sent: GuardedCount,
     pub(crate) notifies_skipped: GuardedCount,
@@ -63,16 +56,14 @@ impl Inner {
             local,
             control: OnceLock::new(),
             control_opening: Mutex::new(()),
-            tx: Mutex::new(PeerTx { rings: (0..MAX_WINDOWS).map(|_| None).collect(), ..Default::default() }),
+            tx: Mutex::new(PeerTx { queues: (0..MAX_WINDOWS).map(|_| None).collect(), ..Default::default() }),
             conn: Mutex::new(None),
             lost: AtomicBool::new(false),
             gone: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             pidfd: Mutex::new(None),
-            tcp_windows: AtomicU32::new(0),
             pid: AtomicU32::new(0),
-            inbound: Mutex::new(Vec::new()),
             shm_sent: GuardedCount::default(),
             notifies_skipped: GuardedCount::default(),
         })
@@ -87,8 +78,8 @@ impl Inner {
         let p = self.peer_or_insert(a.task, local, Some(a));
         let addressed_now = p.addr.set(a).is_ok();
         // A same-node peer known so far only by its hello (it reached us
-        // over TCP: no room for its ring, see shm_full.rs) stays on TCP,
-        // which also keeps the order of anything sent to it already.
+        // over TCP: it runs with force_tcp) stays on TCP, which also keeps
+        // the order of anything sent to it already.
         let known_by_hello = addressed_now && !p.local && local;
         if (p.local != local && !known_by_hello) || p.addr.get() != Some(&a) {
             // The same task id with another address: a mix-up in the caller.
@@ -222,26 +213,13 @@ impl Inner {
     }
 
     /// Did `p` close its endpoint in order?  Its goodbye (TCP), its control
-    /// segment's closed flag, or the closed flag of a ring it sends us on:
-    /// one we mapped, or one still waiting under its name for us to map it
-    /// (a sender that closed before we polled, and whose control segment
-    /// we never mapped).  Holding `inbound` keeps discover_rings from
-    /// moving a ring from the second kind to the first meanwhile.
+    /// segment's closed flag, or its bit in the closed set of one of our
+    /// queues (a sender whose control segment we could not map: it closed
+    /// and exited before our first poll saw its messages).
     pub(crate) fn closed_in_order(&self, p: &Peer) -> bool {
-        if p.gone.load(Ordering::Acquire) || p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0) {
-            return true;
-        }
-        let inbound = lock(&p.inbound);
-        if inbound.iter().any(ClosedFlag::is_set) {
-            return true;
-        }
-        let (t, word, bit) = (self.cfg.task, p.task as usize / 64, 1u64 << (p.task % 64));
-        let open = self.control.windows_open();
-        p.local
-            && (0..open).any(|w| {
-                self.control.window(w).ring_bitmap[word].load(Ordering::Acquire) & bit != 0
-                    && crate::ring::closed_unmapped(&self.cfg.shm_dir, &self.cfg.job, p.task, t, w)
-            })
+        p.gone.load(Ordering::Acquire)
+            || p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0)
+            || (p.local && self.closed_in_our_queues(p.task))
     }
 
 }

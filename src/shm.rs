@@ -45,7 +45,7 @@ pub struct Segment {
     file_id: (u64, u64),
     unlink_on_drop: bool,
     /// A control segment's file, kept open to hold its flock (see `create`).
-    _lock: Option<File>,
+    held_file: Option<File>,
 }
 
 /// Print why `path` is not used; the error code alone cannot name it.
@@ -155,6 +155,14 @@ impl Segment {
     /// `Error::InUse`, anything not ours `Error::ShmRefused`; both name the
     /// file on stderr.
     pub fn create(dir: &str, name: &str, len: usize, owner: Owner) -> Result<Segment> {
+        Segment::create_reserving(dir, name, len, len, owner)
+    }
+
+    /// `create`, reserving only the first `reserve` bytes of the `len`-byte
+    /// file now; the rest stays a hole until `reserve_range` (a control
+    /// segment reserves a window's queue when the window opens).  Nothing
+    /// may touch a hole: on a full tmpfs that is a SIGBUS.
+    pub fn create_reserving(dir: &str, name: &str, len: usize, reserve: usize, owner: Owner) -> Result<Segment> {
         let path = PathBuf::from(dir).join(name);
         let open = || {
             OpenOptions::new()
@@ -190,7 +198,10 @@ impl Segment {
             let made = (|| {
                 // Reserve the blocks now: a full tmpfs is an error here, not
                 // a SIGBUS on first touch of the mapping.
-                posix_fallocate(&file, 0, len as libc::off_t).map_err(|e| Error::shm(e.into()))?;
+                if reserve < len {
+                    file.set_len(len as u64).map_err(Error::shm)?;
+                }
+                posix_fallocate(&file, 0, reserve.min(len) as libc::off_t).map_err(|e| Error::shm(e.into()))?;
                 Ok((map(&file)?, file_id(&file)?))
             })();
             return match made {
@@ -199,7 +210,7 @@ impl Segment {
                     path,
                     file_id,
                     unlink_on_drop: true,
-                    _lock: (owner == Owner::Locked).then_some(file),
+                    held_file: (owner == Owner::Locked).then_some(file),
                 }),
                 Err(e) => {
                     let _ = std::fs::remove_file(&path);
@@ -223,7 +234,7 @@ impl Segment {
         if len < min_len as u64 {
             return Err(Error::Shm);
         }
-        Ok(Segment { map: map(file)?, path, file_id: file_id(file)?, unlink_on_drop: false, _lock: None })
+        Ok(Segment { map: map(file)?, path, file_id: file_id(file)?, unlink_on_drop: false, held_file: None })
     }
 
     /// Map `dir/name` through a descriptor process `pid` holds open on it:
@@ -249,6 +260,16 @@ impl Segment {
             return Segment::from_file(path, &file, min_len);
         }
         Err(Error::Shm)
+    }
+
+    /// Reserve bytes `off..off + len` of a segment we created and hold
+    /// (`Owner::Locked`): from now on touching them cannot SIGBUS.
+    pub fn reserve_range(&self, off: usize, len: usize) -> Result<()> {
+        let file = self.held_file.as_ref().ok_or(Error::Internal)?;
+        if off.checked_add(len).is_none_or(|end| end > self.len()) {
+            return Err(Error::Internal);
+        }
+        posix_fallocate(file, off as libc::off_t, len as libc::off_t).map_err(|e| Error::shm(e.into()))
     }
 
     pub fn len(&self) -> usize {
@@ -475,8 +496,8 @@ pub fn unlink_task_files(dir: &str, job: &str, task: u32) {
     unlink_where(dir, job, |k| k.names(task));
 }
 
-/// At `task`'s close: remove the rings and bulk files that senders left for
-/// it (messages it never took; see ring.rs `Producer::close`, bulk.rs).
+/// At `task`'s close: remove the bulk files that senders left for it
+/// (messages it never took; bulk.rs), and ring files of older versions.
 pub fn unlink_inbound_to(dir: &str, job: &str, task: u32) {
     unlink_where(dir, job, |k| matches!(k, Kind::Ring { dst, .. } | Kind::Bulk { dst, .. } if dst == task));
 }

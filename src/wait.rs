@@ -74,21 +74,20 @@ impl Inner {
     pub(crate) fn has_work(&self, window: u32) -> bool {
         let w = &self.windows[window as usize];
         let slot = self.control.window(window);
-        if slot.new_rings.load(Ordering::Relaxed) != 0
-            || slot.notified.load(Ordering::Relaxed) != 0
+        if slot.notified.load(Ordering::Relaxed) != 0
             || w.inbox_ready.load(Ordering::Acquire)
             || w.peer_events_ready.load(Ordering::Acquire)
             || self.flih_failed.load(Ordering::Acquire)
         {
             return true;
         }
-        let ring_data = match w.rx.try_lock() {
-            // A producer waiting for room counts too (ring.rs SYNC POINT R3).
-            Some(rx) => rx.rings.iter().any(|r| r.has_data() || r.producer_waiting()),
+        let queue_data = match w.rx.try_lock() {
+            // A sender waiting for room counts too (queue.rs SYNC POINT Q2).
+            Some(rx) => rx.has_data() || rx.any_waiting(),
             // Another thread is progressing this window: don't sleep on it.
             None => true,
         };
-        ring_data || self.backlog_unblocked()
+        queue_data || self.backlog_unblocked()
     }
 
     pub(crate) fn wait(
@@ -144,8 +143,8 @@ impl Inner {
     /// keep draining (a stream), and stop once nothing moved for
     /// STREAM_STALL_NS, or at once when something arrived for us (the
     /// caller delivers it: the receiver may be waiting for room in our
-    /// rings).  Sleeping here instead would turn a stream into a relay of
-    /// cross-CPU wake-ups, one per ring-full.
+    /// queue).  Sleeping here instead would turn a stream into a relay of
+    /// cross-CPU wake-ups, one per queue-full.
     pub(crate) fn stream_backlog(&self, deadline: Option<u64>) {
         let mut stall = Stall::new(deadline);
         while self.backlog_msgs.load(Ordering::Relaxed) > 0 {
@@ -167,7 +166,7 @@ impl Inner {
             // Our own queued sends go on too: the sender may wait for them.
             self.push_all_backlogs();
             let (mid, data) = match w.rx.try_lock() {
-                Some(rx) => (rx.rings.iter().any(|r| r.in_message()), rx.rings.iter().any(|r| r.has_data())),
+                Some(rx) => (rx.in_message(), rx.has_data()),
                 None => return None,
             };
             if !mid || stall.stalled(data) {

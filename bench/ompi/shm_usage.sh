@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Shared memory per rank, doorbell beside vader, at 8, 32 and 64 ranks on
+# Shared memory per rank, doorbell beside vader, at 8, 32, 64 and 128 ranks on
 # this node (oversubscribed on small machines: it only sets up and measures).
 #
 # Each run: every pair of ranks exchanges messages (shm_usage.c), then rank
 # 0 reads the shm file system's usage while the job still runs; the figure
 # is (that - usage before mpirun) / ranks.  Prints one table.
-#   NPS="8 32 64"   rank counts      SHM=/dev/shm   the file system measured
+#   NPS="8 32 64 128"   rank counts      SHM=/dev/shm   the file system measured
 #   DOORBELL_MCA="--mca btl_doorbell_ring_size 262144"   extra arguments for
-#                   the doorbell runs (e.g. to see what a smaller ring costs)
+#                   the doorbell runs (e.g. to see what a smaller queue saves)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 OUT=${OUT:-$root/target/bench-ompi}
-NPS=${NPS:-8 32 64}
+NPS=${NPS:-8 32 64 128}
 SHM=${SHM:-/dev/shm}
 MPIRUN=${MPIRUN:-mpirun.openmpi}
 MPICC=${MPICC:-mpicc.openmpi}

@@ -1,22 +1,24 @@
-//! The shared-memory path: sending into the per-(sender, receiver,
-//! window) rings (creating them on first use), the backlog of sends that
-//! did not fit yet, and the receive side's ring discovery and polling.
+//! The shared-memory path: sending into a receiver's window queue
+//! (queue.rs, in its control segment), the backlog of sends that did not
+//! fit yet, and the receive side's polling of its own queues.
 
 use crate::buf_pool::BufPool;
 use crate::bell::Rang;
-use crate::config::MAX_WINDOWS;
+use crate::config::{MAX_TASKS, MAX_WINDOWS};
 use crate::control::Control;
 use crate::endpoint::Inner;
 use crate::error::{Error, Result};
 use crate::peers::Peer;
-use crate::ring::{Consumer, Gather, Producer};
+use crate::queue::{BulkId, QueueConsumer, QueueProducer};
+use crate::record::Gather;
 use crate::sync::lock;
 use crate::wait::Stall;
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
-/// Messages delivered from one ring per progress call, for fairness.
-const RING_BUDGET: usize = 64;
+/// Messages delivered from a window's queue per progress call, so that a
+/// busy queue leaves room for TCP, backlogs and peer events.
+const QUEUE_BUDGET: usize = 64;
 
 /// A send that did not fit yet: the rest of one message.
 pub(crate) struct Backlog {
@@ -25,23 +27,23 @@ pub(crate) struct Backlog {
     /// Bytes of the message from offset `start` on (copied at send time).
     pub(crate) data: Vec<u8>,
     pub(crate) start: u64,
-    /// Message offset written to the ring so far (>= start).
+    /// Message offset written to the queue so far (>= start).
     pub(crate) base: u64,
     pub(crate) total: u64,
 }
 
 impl Backlog {
     /// The buffer comes from `pool` (large ones keep their pages mapped:
-    /// a stream that backlogs a message per ring-full would otherwise pay
+    /// a stream that backlogs a message per queue-full would otherwise pay
     /// an mmap, page faults and an munmap for each) and goes back to it
-    /// once the message is in the ring.
+    /// once the message is in the queue.
     pub(crate) fn new(window: u32, tag: u8, g: &Gather, from: u64, pool: &BufPool) -> Backlog {
         let mut data = pool.take((g.len() - from) as usize);
         g.copy_into(from, &mut data);
         Backlog { window, tag, data, start: from, base: from, total: g.len() }
     }
 
-    /// Bytes not yet in the ring.
+    /// Bytes not yet in the queue.
     pub(crate) fn left(&self) -> u64 {
         self.total - self.base
     }
@@ -49,36 +51,37 @@ impl Backlog {
 
 #[derive(Default)]
 pub(crate) struct PeerTx {
-    pub(crate) rings: Vec<Option<Producer>>,
+    /// Our handle on each of the peer's window queues, made at the first send.
+    pub(crate) queues: Vec<Option<QueueProducer>>,
     pub(crate) backlog: VecDeque<Backlog>,
     pub(crate) backlog_bytes: u64,
 }
 
 #[derive(Default)]
 pub(crate) struct WindowRx {
-    pub(crate) rings: Vec<Consumer>,
-    pub(crate) known: HashSet<u32>,
+    /// This window's inbound queue, taken up at its first poll.
+    pub(crate) queue: Option<QueueConsumer>,
+    /// The queue broke its format (a hostile or broken sender): no longer read.
+    pub(crate) broken: bool,
+    /// Bit t: sender t was seen here (its pid is watched).
+    pub(crate) known: Vec<u64>,
+}
+
+impl WindowRx {
+    pub(crate) fn has_data(&self) -> bool {
+        self.queue.as_ref().is_some_and(|q| !self.broken && q.has_data())
+    }
+
+    pub(crate) fn in_message(&self) -> bool {
+        self.queue.as_ref().is_some_and(QueueConsumer::in_message)
+    }
+
+    pub(crate) fn any_waiting(&self) -> bool {
+        self.queue.as_ref().is_some_and(QueueConsumer::any_waiting)
+    }
 }
 
 impl Inner {
-    /// No ring to (p, window) could be made (or another thread found so):
-    /// go over TCP from now on if the peer can be reached there, else
-    /// report NoShmSpace.  The endpoint's first such pair prints the
-    /// warning of shm_full.rs.
-    pub(crate) fn shm_full(&self, p: &Peer, window: u32) -> Result<()> {
-        if p.tcp_windows.load(Ordering::Acquire) & (1 << window) == 0 {
-            // A peer we never connected to (seen only as a sender) and
-            // whose connection never reached us: no TCP address to use.
-            return Err(Error::NoShmSpace);
-        }
-        if !self.shm_full_warned.swap(true, Ordering::Relaxed) {
-            let local_peers = self.peer_list().iter().filter(|q| q.local && q.task != self.cfg.task).count();
-            let ring = crate::ring::HEADER_BYTES as u64 + self.cfg.ring_bytes as u64;
-            eprintln!("{}", crate::shm_full::warning(&self.cfg, p.task, ring, local_peers as u64));
-        }
-        Ok(())
-    }
-
     pub(crate) fn send_local(&self, p: &Peer, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
         let ctl = self.peer_control(p)?;
         let h = ctl.header();
@@ -92,41 +95,14 @@ impl Inner {
         }
         let g = Gather::new(parts);
         let mut tx = lock(&p.tx);
-        if tx.rings[window as usize].is_none() {
-            if p.tcp_windows.load(Ordering::Relaxed) & (1 << window) != 0 {
-                // Another thread switched this window to TCP meanwhile.
-                return Err(Error::NoShmSpace);
-            }
-            let made = Producer::create(
-                &self.cfg.shm_dir,
-                &self.cfg.job,
-                self.cfg.task,
-                p.task,
-                window,
-                self.cfg.ring_bytes,
-                self.cfg.bulk_max,
-            );
-            let prod = match made {
-                Ok(prod) => prod,
-                Err(Error::NoShmSpace) => {
-                    // TCP from now on, if there is a way (see shm_full).
-                    if p.addr.get().is_some() || lock(&p.conn).is_some() {
-                        p.tcp_windows.fetch_or(1 << window, Ordering::Release);
-                    }
-                    return Err(Error::NoShmSpace);
-                }
-                Err(e) => return Err(e),
-            };
-            tx.rings[window as usize] = Some(prod);
-            // Announce the ring: bitmap bit, then the flag the receiver polls.
-            let slot = ctl.window(window);
-            let me = self.cfg.task as usize;
-            slot.ring_bitmap[me / 64].fetch_or(1 << (me % 64), Ordering::Release);
-            slot.new_rings.store(1, Ordering::Release);
+        if tx.queues[window as usize].is_none() {
+            let id = BulkId { dir: self.cfg.shm_dir.clone(), job: self.cfg.job.clone(), src: self.cfg.task, dst: p.task, window };
+            let prod = QueueProducer::new(ctl.queue(window)?, id, std::process::id(), self.cfg.bulk_max)?;
+            tx.queues[window as usize] = Some(prod);
         }
         if !tx.backlog.is_empty() {
             // Drain what is queued first while the receiver keeps up, so a
-            // stream returns to copying straight into the ring instead of
+            // stream returns to copying straight into the queue instead of
             // copying every message into the backlog first.
             self.stream_push_locked(ctl, &mut tx);
         }
@@ -145,13 +121,13 @@ impl Inner {
             p.shm_sent.add(1);
             return Ok(());
         }
-        let prod = tx.rings[window as usize].as_mut().unwrap();
+        let prod = tx.queues[window as usize].as_mut().expect("made above");
         let mut off = 0u64;
-        let mut done = prod.write(tag, &g, &mut off);
+        let mut done = prod.write(tag, &g, &mut off).map_err(|_| Error::PeerLost)?;
         // Stream: keep copying while the receiver keeps draining (a write
         // makes headway only when it freed space), but only while this
         // process has nothing to receive: the receiver may be a sender
-        // waiting for room in *our* inbound ring (two-way traffic), and we
+        // waiting for room in *our* inbound queue (two-way traffic), and we
         // cannot drain it from here.  Then queue the rest and return, so the
         // caller's progress drains it.
         let mut stall = Stall::for_message(g.len());
@@ -161,7 +137,7 @@ impl Inner {
                 break;
             }
             std::hint::spin_loop();
-            done = prod.write(tag, &g, &mut off);
+            done = prod.write(tag, &g, &mut off).map_err(|_| Error::PeerLost)?;
             if !done && stall.stalled_at(g.len() - off) {
                 break;
             }
@@ -173,7 +149,7 @@ impl Inner {
             tx.backlog_bytes += n;
             self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
             self.backlog_bytes.fetch_add(n, Ordering::Relaxed);
-            if tx.rings[window as usize].as_mut().unwrap().set_waiting() {
+            if tx.queues[window as usize].as_mut().expect("made above").set_waiting() {
                 self.push_locked(ctl, &mut tx);
             }
         }
@@ -186,17 +162,19 @@ impl Inner {
         Ok(())
     }
 
-    /// Push a peer's backlog into its rings as far as they take it.
+    /// Push a peer's backlog into its queues as far as they take it.  A
+    /// queue whose shared state is corrupt takes nothing more: the backlog
+    /// stays until the peer is found lost.
     pub(crate) fn push_locked(&self, ctl: &Control, tx: &mut PeerTx) {
         let mut rang = [false; MAX_WINDOWS as usize];
         loop {
             let Some(b) = tx.backlog.front_mut() else { break };
             let w = b.window as usize;
-            let prod = tx.rings[w].as_mut().expect("ring made before queueing");
+            let prod = tx.queues[w].as_mut().expect("queue taken up before queueing");
             let parts = [&b.data[(b.base - b.start) as usize..]];
             let g = Gather::with_base(&parts, b.base, b.total);
             let mut off = b.base;
-            let done = prod.write(b.tag, &g, &mut off);
+            let Ok(done) = prod.write(b.tag, &g, &mut off) else { break };
             let wrote = off - b.base;
             rang[w] |= wrote > 0 || done;
             b.base = off;
@@ -244,11 +222,11 @@ impl Inner {
         let open = self.control.windows_open();
         (0..open).any(|w| {
             let win = &self.windows[w as usize];
-            if win.inbox_ready.load(Ordering::Acquire) || self.control.window(w).new_rings.load(Ordering::Relaxed) != 0 {
+            if win.inbox_ready.load(Ordering::Acquire) {
                 return true;
             }
             match win.rx.try_lock() {
-                Some(rx) => rx.rings.iter().any(|r| r.has_data()),
+                Some(rx) => rx.has_data(),
                 None => true,
             }
         })
@@ -281,52 +259,29 @@ impl Inner {
         }
     }
 
-    /// Map rings that senders announced for `window`.
-    pub(crate) fn discover_rings(&self, window: u32, rx: &mut WindowRx) {
-        let slot = self.control.window(window);
-        for (i, word) in slot.ring_bitmap.iter().enumerate() {
-            let bits = word.load(Ordering::Acquire);
-            if bits == 0 {
-                continue;
-            }
-            for b in 0..64 {
-                let src = (i * 64 + b) as u32;
-                if bits & (1 << b) == 0 || rx.known.contains(&src) {
-                    continue;
-                }
-                let open = || Consumer::open(&self.cfg.shm_dir, &self.cfg.job, src, self.cfg.task, window, self.cfg.max_message);
-                if src == self.cfg.task {
-                    if let Ok(c) = open() {
-                        rx.known.insert(src);
-                        rx.rings.push(c);
-                    }
-                    continue;
-                }
-                let p = self.peer_or_insert(src, true, None);
-                // The ring's name goes and its closed flag joins `inbound`
-                // in one step (see closed_in_order).
-                let mut inbound = lock(&p.inbound);
-                let Ok(c) = open() else { continue };
-                inbound.push(c.closed_flag());
-                drop(inbound);
-                rx.known.insert(src);
-                // A sender we never connected to: watch it, and map its
-                // control as a peer that connected would.
-                self.watch_pid(p, c.producer_pid());
-                if p.local {
-                    let _ = self.peer_control(p);
-                }
-                rx.rings.push(c);
-            }
+    /// The first record from `src` in this window: a sender we may never
+    /// have connected to.  Watch its pid (stored in the queue before its
+    /// first record) and map its control segment, as a peer that
+    /// connected would, so its exit is seen and told from a close.
+    fn note_sender(&self, src: u32, pid: u32) {
+        if src == self.cfg.task {
+            return;
+        }
+        let p = self.peer_or_insert(src, true, None);
+        if pid != 0 {
+            self.watch_pid(p, pid);
+        }
+        if p.local {
+            let _ = self.peer_control(p);
         }
     }
 
-    /// After arming: may a queued send move now?  Re-raises each blocked
-    /// ring's producer_waiting flag (ring.rs, SYNC POINT R3) *after* our bell
-    /// is armed: a consumer that freed space before this saw the flag but
-    /// found us awake (its ring was skipped), so the head check here is what
-    /// catches that space; one that frees it later sees the flag and rings
-    /// an armed bell.
+    /// After arming: may a queued send move now?  Re-raises our bit in each
+    /// blocked queue's waiting set (queue.rs, SYNC POINT Q2) *after* our
+    /// bell is armed: a consumer that took the bit before this found us
+    /// awake (its ring of our bell was skipped), so the head check here is
+    /// what catches that space; one that takes it later rings an armed
+    /// bell.
     pub(crate) fn backlog_unblocked(&self) -> bool {
         if self.backlog_msgs.load(Ordering::Relaxed) == 0 {
             return false;
@@ -334,7 +289,7 @@ impl Inner {
         let peers = self.peer_list();
         peers.iter().filter(|p| p.local && !p.lost.load(Ordering::Relaxed)).any(|p| match p.tx.try_lock() {
             Ok(mut tx) => match tx.backlog.front().map(|b| b.window as usize) {
-                Some(w) => tx.rings[w].as_mut().is_some_and(|r| r.set_waiting()),
+                Some(w) => tx.queues[w].as_mut().is_some_and(|q| q.set_waiting()),
                 None => false,
             },
             // Another thread is pushing right now.
@@ -343,51 +298,78 @@ impl Inner {
     }
 
 
-    /// The shared-memory part of a progress pass over `window`: map newly
-    /// announced rings, deliver from each (at most RING_BUDGET messages a
-    /// ring), and wake producers waiting for room.  None if another thread
-    /// holds the window's receive side.
-    pub(crate) fn poll_rings(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Option<usize> {
+    /// Become the consumer of our queue for `window` (at endpoint creation
+    /// and window_open: until then `inbound_pending` and `has_work` would
+    /// not see what senders already put there).
+    pub(crate) fn take_up_queue(&self, window: u32, rx: &mut WindowRx) -> Result<()> {
+        let id = BulkId { dir: self.cfg.shm_dir.clone(), job: self.cfg.job.clone(), src: 0, dst: self.cfg.task, window };
+        rx.queue = Some(QueueConsumer::new(self.control.queue(window)?, id, self.cfg.max_message)?);
+        rx.known = vec![0; (MAX_TASKS / 64) as usize];
+        Ok(())
+    }
+
+    /// The shared-memory part of a progress pass over `window`: deliver
+    /// from its queue (at most QUEUE_BUDGET messages), and wake the senders
+    /// waiting for room.  None if another thread holds the window's receive
+    /// side.
+    pub(crate) fn poll_queue(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Option<usize> {
         let w = &self.windows[window as usize];
         let mut rx = w.rx.try_lock()?;
-        let slot = self.control.window(window);
-        if slot.new_rings.load(Ordering::Relaxed) != 0 && slot.new_rings.swap(0, Ordering::Acquire) != 0 {
-            self.discover_rings(window, &mut rx);
+        if rx.queue.is_none() && self.take_up_queue(window, &mut rx).is_err() {
+            return Some(0);
         }
+        let WindowRx { queue, broken, known } = &mut *rx;
+        let q = queue.as_mut().expect("set above");
         let mut delivered = 0;
-        let mut corrupt = vec![];
-        for (i, ring) in rx.rings.iter_mut().enumerate() {
-            let src = ring.src;
-            if ring.has_data() {
-                match ring.poll(RING_BUDGET, &mut |tag, data| cb(src, tag, data)) {
-                    Ok(n) => delivered += n,
-                    Err(_) => corrupt.push(i),
+        if !*broken && q.has_data() {
+            let mut new = vec![];
+            let r = q.poll(QUEUE_BUDGET, &mut |src, tag, data| {
+                let (i, b) = ((src / 64) as usize, 1u64 << (src % 64));
+                if known[i] & b == 0 {
+                    known[i] |= b;
+                    new.push(src);
+                }
+                cb(src, tag, data)
+            });
+            match r {
+                Ok(n) => delivered = n,
+                Err(_) => {
+                    // Nothing after the bad record can be found: the queue
+                    // is done.  Its local senders' messages cannot arrive.
+                    *broken = true;
+                    eprintln!("doorbell: task {}: the shared-memory queue of window {window} is corrupt; local messages to it are lost", self.cfg.task);
                 }
             }
-            // Every pass, not only after consuming (ring.rs SYNC POINT R3).
-            if ring.take_producer_waiting() {
-                if let Ok(p) = self.peer(src) {
-                    if let Ok(ctl) = self.peer_control(p) {
-                        self.notify(ctl, 0);
-                    }
-                }
+            for src in new {
+                self.note_sender(src, q.queue().sender_pid(src));
             }
         }
-        for i in corrupt.into_iter().rev() {
-            let src = rx.rings.remove(i).src;
-            self.peer_exited(src);
-        }
+        // Every pass, not only after consuming (queue.rs SYNC POINT Q2).
+        q.take_waiting(&mut |src| {
+            if let Ok(p) = self.peer(src) {
+                if let Ok(ctl) = self.peer_control(p) {
+                    self.notify(ctl, 0);
+                }
+            } else if src == self.cfg.task {
+                self.notify(&self.control, 0);
+            }
+        });
         if delivered > 0 {
             w.shm_received.add(delivered as u64);
         }
         Some(delivered)
     }
 
-    /// Orderly close, shared-memory part: mark each ring we send on closed
-    /// (after our control segment's flag, set by the caller).  A ring its
-    /// receiver has not mapped yet keeps its file, so what we sent is still
-    /// delivered.
-    pub(crate) fn close_rings(&self) {
+    /// Did `task` close in order, as its bit in one of our queues says?
+    pub(crate) fn closed_in_our_queues(&self, task: u32) -> bool {
+        (0..self.control.windows_open()).any(|w| self.control.queue(w).is_ok_and(|q| q.sender_closed(task)))
+    }
+
+    /// Orderly close, shared-memory part: mark us closed in each queue we
+    /// send to (after our control segment's flag, set by the caller).
+    /// Everything we sent is in those queues already: the receivers read
+    /// it, then see the close.
+    pub(crate) fn close_queues(&self) {
         for p in self.peer_list() {
             if !p.local {
                 continue;
@@ -395,8 +377,8 @@ impl Inner {
             let receiver_gone = p.lost.load(Ordering::Acquire)
                 || p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0);
             let mut tx = lock(&p.tx);
-            for ring in tx.rings.iter_mut().flatten() {
-                ring.close(receiver_gone);
+            for q in tx.queues.iter_mut().flatten() {
+                q.close(receiver_gone);
             }
         }
     }

@@ -1,0 +1,178 @@
+//! The record format of doorbell's byte rings: the window queues
+//! (queue.rs) are rings of these records, written under a producer lock.
+//!
+//! ```text
+//! data[capacity]   records, each 16-B aligned:
+//!                  Record { len, total, tag, flags, src, stamp } + payload (padded to 16)
+//! ```
+//!
+//! The producer's `tail` and the consumer's `head` are byte positions that
+//! only grow; `pos % capacity` is the offset in `data`.  A record never
+//! wraps: a PAD record fills the end.
+//!
+//! A record announces itself: its last header word, the *stamp*, is written
+//! last and is nonzero.  The consumer polls the stamp at `head` -- the very
+//! cache line the record is in -- so a small message costs the receiver one
+//! cache-line transfer, not two (a separate `tail` word, then the record).
+//! Stale bytes from an earlier lap never pass for a stamp: before the
+//! producer stamps a record it zeroes the stamp word where the next record
+//! will go, so at the consumer's `head` the word reads 0 until that record
+//! is stamped.  (One header's worth of ring stays free for that word.)
+//! A message that does not fit goes as a FIRST chunk, middle chunks, and a
+//! LAST chunk; a small message is kept whole so the receiver reads it in
+//! place.  A message too large to sit whole (over a quarter ring) and at
+//! most `bulk_max` goes through its sender's bulk double buffer instead
+//! (bulk.rs): the ring carries a BULK record naming the slot.
+//!
+//! Whenever the writer finds the ring empty past its first HOT_BYTES, it
+//! pads to the end, so the next record starts at offset 0 again (only if
+//! that record fits before the pad: the reader frees the pad's bytes only
+//! when it next polls).  A ping-pong or any trickle of small messages then
+//! stays in a few hot cache lines and pages instead of walking the whole
+//! ring (each fresh line a cache miss, each fresh page a fault: 20-30% of
+//! an 8-byte MPI latency in short runs).  The writer looks at `head` for
+//! this once per HOT_BYTES written, not per message.  The ring's atomics:
+//!
+//! - SYNC POINT R1: producer writes record + payload and zeroes the next
+//!   stamp word, then stores the record's stamp (Release); consumer loads the
+//!   stamp at `head` (Acquire), then reads the record.  The bell (bell.rs)
+//!   treats the stamp store as the publish and the stamp load as the
+//!   re-check.
+//! - SYNC POINT R2: consumer is done reading, then `head` (Release); producer
+//!   loads `head` (Acquire) before reusing those bytes.
+//! - The backpressure wake-up is queue.rs's SYNC POINT Q2.
+
+use std::sync::atomic::AtomicU32;
+
+pub(crate) const REC: u64 = 16;
+/// Largest reassembly buffer a consumer keeps for the next message.
+pub(crate) const SPARE_MAX: usize = 16 << 20;
+/// The part of the ring a trickle of small messages cycles through.
+pub(crate) const HOT_BYTES: u64 = 4096;
+/// A large message is not cut into chunks smaller than this.
+pub(crate) const MIN_CHUNK: u64 = 256;
+
+pub(crate) const FIRST: u8 = 1;
+pub(crate) const LAST: u8 = 2;
+pub(crate) const PAD: u8 = 4;
+/// FIRST | LAST | BULK: the payload is a BulkRef, the message is in a slot.
+pub(crate) const BULK: u8 = 8;
+
+/// A record header's first 12 bytes; its stamp, an AtomicU32, follows.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Record {
+    /// Payload bytes in this record.
+    pub(crate) len: u32,
+    /// Whole message length (FIRST records).
+    pub(crate) total: u32,
+    pub(crate) tag: u8,
+    pub(crate) flags: u8,
+    /// The sending task (queue.rs, where many senders share one queue;
+    /// 0 in a ring, which has one sender).  MAX_TASKS fits in 16 bits.
+    pub(crate) src: u16,
+}
+
+impl Record {
+    pub(crate) fn new(len: u64, total: u64, tag: u8, flags: u8) -> Record {
+        Record { len: len as u32, total: total as u32, tag, flags, src: 0 }
+    }
+
+    /// Bytes the record takes in the data area at offset `pos` of a `cap`-byte ring.
+    pub(crate) fn size_at(&self, pos: u64, cap: u64) -> u64 {
+        if self.flags & PAD != 0 {
+            cap - pos
+        } else {
+            REC + align16(self.len as u64)
+        }
+    }
+}
+
+const _: () = assert!(crate::config::MAX_TASKS <= 1 << 16);
+
+pub(crate) const STAMP_AT: u64 = 12;
+
+/// The stamp of a record at position `pos`: never 0 (0 is "not yet").
+pub(crate) fn stamp_for(pos: u64) -> u32 {
+    (pos >> 4) as u32 | 1 << 31
+}
+
+/// The stamp word of the record at data offset `off`.
+/// SAFETY (caller): `data + off + REC` is inside the mapping, `off` 16-aligned.
+pub(crate) unsafe fn stamp_at<'a>(data: *mut u8, off: u64) -> &'a AtomicU32 {
+    // SAFETY: in the mapping and 4-aligned (off is 16-aligned, STAMP_AT 12)
+    // by the caller's contract; the stamp word is only ever accessed as an
+    // AtomicU32 (from both processes), and the mapping outlives the ring.
+    unsafe { &*(data.add((off + STAMP_AT) as usize) as *const AtomicU32) }
+}
+
+const _: () = assert!(std::mem::size_of::<Record>() as u64 == STAMP_AT && STAMP_AT + 4 == REC);
+
+pub(crate) fn align16(n: u64) -> u64 {
+    (n + 15) & !15
+}
+
+/// A message gathered from pieces (header + payload, an iovec list).
+/// The pieces may start part-way into the message: they hold bytes
+/// `base..total` (the rest of a message whose head is already sent).
+pub struct Gather<'a> {
+    parts: &'a [&'a [u8]],
+    base: u64,
+    total: u64,
+}
+
+impl<'a> Gather<'a> {
+    pub fn new(parts: &'a [&'a [u8]]) -> Self {
+        Gather { parts, base: 0, total: parts.iter().map(|p| p.len() as u64).sum() }
+    }
+
+    pub fn with_base(parts: &'a [&'a [u8]], base: u64, total: u64) -> Self {
+        debug_assert_eq!(base + parts.iter().map(|p| p.len() as u64).sum::<u64>(), total);
+        Gather { parts, base, total }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.total
+    }
+
+    /// Copy `len` bytes starting at message offset `from` to `dst`.
+    /// SAFETY (caller): `dst` is valid for `len` writes.
+    pub(crate) unsafe fn copy_to(&self, mut dst: *mut u8, from: u64, mut len: u64) {
+        let mut from = from - self.base;
+        for p in self.parts {
+            if len == 0 {
+                break;
+            }
+            let plen = p.len() as u64;
+            if from >= plen {
+                from -= plen;
+                continue;
+            }
+            let n = (plen - from).min(len);
+            // SAFETY: from + n <= plen, so the source range is inside `p`;
+            // dst has room for the remaining `len >= n` bytes (the caller's
+            // contract), and a piece of a caller's message cannot overlap
+            // the ring or buffer we copy into.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p.as_ptr().add(from as usize), dst, n as usize);
+                dst = dst.add(n as usize);
+            }
+            len -= n;
+            from = 0;
+        }
+    }
+
+    /// Replace `v`'s contents with the bytes from `from` on (a buffer
+    /// reused from a pool keeps its pages).
+    pub fn copy_into(&self, from: u64, v: &mut Vec<u8>) {
+        let n = (self.total - from) as usize;
+        v.clear();
+        v.reserve(n);
+        // SAFETY: `v` has capacity n; copy_to (absolute offsets) writes
+        // exactly n bytes.
+        unsafe {
+            self.copy_to(v.as_mut_ptr(), from, n as u64);
+            v.set_len(n);
+        }
+    }
+}
