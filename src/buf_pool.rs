@@ -89,8 +89,11 @@ mod tests {
         let small_ptr = small.as_ptr();
         pool.give(b);
         pool.give(small);
-        assert_eq!(pool.take(MIN + 1).as_ptr(), small_ptr, "best fit");
-        assert_eq!(pool.take(1 << 20).as_ptr(), ptr, "the big buffer is still there");
+        let fit = pool.take(MIN + 1);
+        assert_eq!(fit.as_ptr(), small_ptr, "best fit");
+        let big = pool.take(1 << 20);
+        assert_eq!(big.as_ptr(), ptr, "the big buffer is still there");
+        drop((fit, big));
         pool.give(vec![0; KEEP_MAX + 1]);
         pool.give(Vec::with_capacity(MIN - 1));
         assert!(lock(&pool.0).bufs.is_empty(), "too big and too small are not kept");
