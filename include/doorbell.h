@@ -535,6 +535,13 @@ int doorbell_read(struct doorbell_endpoint *ep, uint32_t task, uint32_t window, 
 int doorbell_reads_done(struct doorbell_endpoint *ep, uint32_t window, struct doorbell_read_result *out, size_t max);
 
 /*
+ 1 if data of some read arrived since the last call (a read in
+ progress, not yet reported by doorbell_reads_done), else 0; a caller
+ that waits for reads counts it as activity, not idleness.
+ */
+int doorbell_reads_moved(struct doorbell_endpoint *ep);
+
+/*
  Copy the endpoint's counters into `*out`.
  */
 int doorbell_counters_get(const struct doorbell_endpoint *ep, struct doorbell_counters *out);

@@ -144,6 +144,12 @@ int mca_btl_doorbell_reads_progress(mca_btl_doorbell_module_t *module)
         }
         count += n > 0 ? n : 0;
     } while (16 == n);
+    /* Data for a read arrived: this rank is receiving, not idle (its
+     * adaptive spin must not take the gaps between completions for idle
+     * waits and learn to sleep through a stream). */
+    if (0 == count && module->nreads && doorbell_reads_moved(module->core) > 0) {
+        count = 1;
+    }
     return count;
 }
 

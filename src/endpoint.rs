@@ -308,6 +308,12 @@ impl Endpoint {
         self.inner.read_remote(task, window, dst, addr, key, cookie)
     }
 
+    /// Whether data of some read arrived since the last call (the reader
+    /// is busy, even if no read ended).
+    pub fn reads_moved(&self) -> bool {
+        self.inner.reads.take_moved()
+    }
+
     /// Move up to `out.len()` ended reads of `window` into `out`.
     pub fn reads_done(&self, window: u32, out: &mut [ReadDone]) -> Result<usize> {
         self.inner.check_window(window)?;

@@ -685,6 +685,17 @@ pub unsafe extern "C" fn doorbell_reads_done(
     })
 }
 
+/// 1 if data of some read arrived since the last call (a read in
+/// progress, not yet reported by doorbell_reads_done), else 0; a caller
+/// that waits for reads counts it as activity, not idleness.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_reads_moved(ep: *mut doorbell_endpoint) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        Ok(unsafe { endpoint(ep) }?.reads_moved() as c_int)
+    })
+}
+
 /// Copy the endpoint's counters into `*out`.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_counters_get(ep: *const doorbell_endpoint, out: *mut doorbell_counters) -> c_int {

@@ -213,7 +213,7 @@ pub fn tcp_rx(data: &[u8]) {
             RxEvent::Goodbye => seen.push(Seen::Goodbye),
             RxEvent::Released => {}
             RxEvent::ReadRequest(r) => seen.push(Seen::ReadRequest(r)),
-            RxEvent::ReadDone { .. } => panic!("no read was asked for"),
+            RxEvent::ReadDone { .. } | RxEvent::ReadMoved => panic!("no read was asked for"),
         });
         assert_ne!(end, RxEnd::Throttled, "one connection's body is always admitted");
         end == RxEnd::Drained

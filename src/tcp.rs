@@ -195,6 +195,9 @@ pub enum RxEvent {
     ReadRequest(ReadRequest),
     /// A read's data is all in its destination.
     ReadDone { id: u32 },
+    /// Bytes of a read's data arrived (it may not be done yet): the reader
+    /// is busy receiving, not idle (remote_read.rs `Reads::moved`).
+    ReadMoved,
 }
 
 /// Finds where a read's data goes: (read id, data length) -> destination,
@@ -261,26 +264,39 @@ impl Conn {
             Err(std::sync::TryLockError::WouldBlock) => return RxEnd::Drained,
         };
         let mut emptied = false;
-        loop {
+        let mut moved = false;
+        let end = loop {
             if let Some(end) = rx.parse(max_message, budget, &self.pool, claim, on) {
                 if end == RxEnd::Garbage {
                     rx.give_back(budget);
                 }
-                return end;
+                break end;
             }
             if emptied {
-                return RxEnd::Drained;
+                break RxEnd::Drained;
             }
+            let into_read = matches!(rx.body, Some((_, Body::Read { .. })));
             match rx.fill(&self.stream) {
-                Ok((0, _)) => break,
-                Ok((n, asked)) => emptied = !to_eof && n < asked,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return RxEnd::Drained,
+                Ok((0, _)) => {
+                    rx.give_back(budget);
+                    break RxEnd::Closed;
+                }
+                Ok((n, asked)) => {
+                    moved |= into_read;
+                    emptied = !to_eof && n < asked;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break RxEnd::Drained,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break,
+                Err(_) => {
+                    rx.give_back(budget);
+                    break RxEnd::Closed;
+                }
             }
+        };
+        if moved {
+            on(RxEvent::ReadMoved);
         }
-        rx.give_back(budget);
-        RxEnd::Closed
+        end
     }
 
     /// The connection ended: the read whose data its parser was receiving,

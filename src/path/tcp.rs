@@ -174,6 +174,7 @@ impl Inner {
             RxEvent::Released => released = true,
             RxEvent::ReadRequest(r) => requests.push(r),
             RxEvent::ReadDone { id } => self.read_ended(id, 0),
+            RxEvent::ReadMoved => self.reads.moved.store(true, Ordering::Release),
         });
         for r in requests {
             if !self.serve_read(conn, r) {
