@@ -195,15 +195,6 @@
 
 #define QUEUE_HEADER_BYTES (4480 + (4 * (size_t)MAX_TASKS))
 
-#define KIND_READ_REQUEST 2
-
-#define KIND_READ_DATA 3
-
-/*
- The body of a read request.
- */
-#define READ_REQUEST 24
-
 /*
  Opaque per-process endpoint.  Any thread may send; each window should be
  progressed by one thread at a time (a concurrent progress of the same
