@@ -67,6 +67,10 @@ struct Rx {
     admitted: u64,
     /// A large frame's header waiting for room in the budget.
     held: Option<FrameHeader>,
+    /// The last body was large: the next frame likely is too, so a read
+    /// into the stage takes only its header, and its body goes straight
+    /// to its buffer (staging 64 KiB of a large body cost one copy more).
+    big: bool,
 }
 
 /// Where a frame's body goes.
@@ -230,7 +234,7 @@ impl Conn {
             set,
             task: AtomicU32::new(task),
             dead: AtomicBool::new(false),
-            rx: Mutex::new(Rx { stage: vec![0; STAGE], start: 0, end: 0, body: None, admitted: 0, held: None }),
+            rx: Mutex::new(Rx { stage: vec![0; STAGE], start: 0, end: 0, body: None, admitted: 0, held: None, big: false }),
             tx: Mutex::new(Tx::default()),
             pool,
         })
@@ -578,6 +582,7 @@ impl Rx {
                     self.body = Some((hdr, body));
                     return None;
                 }
+                self.big = hdr.len as usize >= STAGE;
                 match body {
                     Body::Owned(data) if hdr.kind == frame::KIND_READ_REQUEST => {
                         let Some(req) = ReadRequest::decode(hdr.window, &data) else {
@@ -662,8 +667,9 @@ impl Rx {
                     Body::Owned(body) => {
                         body.reserve(need);
                         let old = body.len();
+                        let rest = if hdr.len as usize >= STAGE { FRAME_HEADER } else { STAGE };
                         // SAFETY: reserve made room for `need` bytes after `old`.
-                        let n = unsafe { crate::sys::recv_split(fd, body.as_mut_ptr().add(old), need, &mut self.stage) }?;
+                        let n = unsafe { crate::sys::recv_split(fd, body.as_mut_ptr().add(old), need, &mut self.stage[..rest]) }?;
                         let took = n.min(need);
                         // SAFETY: readv initialised the first `took` of them.
                         unsafe { body.set_len(old + took) };
@@ -672,15 +678,17 @@ impl Rx {
                     Body::Read { dst, filled, .. } => {
                         // SAFETY: as in `parse`: the read's one receiver, before it ends.
                         let to = unsafe { dst.tail(*filled) };
+                        let rest = if hdr.len as usize >= STAGE { FRAME_HEADER } else { STAGE };
                         // SAFETY: `to` is writable for its length.
-                        let n = unsafe { crate::sys::recv_split(fd, to.as_mut_ptr(), to.len(), &mut self.stage) }?;
+                        let n = unsafe { crate::sys::recv_split(fd, to.as_mut_ptr(), to.len(), &mut self.stage[..rest]) }?;
                         let took = n.min(need);
                         *filled += took;
                         (n, took)
                     }
                 };
                 self.end = n - took;
-                return Ok((n, need + self.stage.len()));
+                let rest = if hdr.len as usize >= STAGE { FRAME_HEADER } else { STAGE };
+                return Ok((n, need + rest));
             }
         }
         if self.end == self.stage.len() {
@@ -688,8 +696,9 @@ impl Rx {
             self.end -= self.start;
             self.start = 0;
         }
-        let asked = self.stage.len() - self.end;
-        let n = crate::sys::recv(s.as_raw_fd(), &mut self.stage[self.end..])?;
+        let upto = if self.big && self.body.is_none() && self.end < FRAME_HEADER { FRAME_HEADER } else { STAGE };
+        let asked = upto - self.end;
+        let n = crate::sys::recv(s.as_raw_fd(), &mut self.stage[self.end..upto])?;
         self.end += n;
         Ok((n, asked))
     }
