@@ -309,6 +309,15 @@ typedef struct doorbell_wake {
 } doorbell_wake;
 
 /*
+ A read that ended: the cookie given to doorbell_read and its status
+ (DOORBELL_OK: the bytes are in place; PEER_LOST: they never will be).
+ */
+typedef struct doorbell_read_result {
+  uint64_t cookie;
+  int32_t status;
+} doorbell_read_result;
+
+/*
  A snapshot of the counters.
  */
 typedef struct doorbell_counters {
@@ -480,6 +489,48 @@ int doorbell_local_notify(struct doorbell_endpoint *ep, uint32_t task, uint32_t 
  (< 0: no limit).
  */
 int doorbell_flush(struct doorbell_endpoint *ep, int64_t timeout_us);
+
+/*
+ Let `task` read `len` bytes at `base` of this process's memory
+ (doorbell_read, over TCP) until doorbell_unexpose(*key_out).  The memory
+ must stay valid until then; only `task`, and only inside the range, can
+ read it.  Errors: UNKNOWN_TASK, BAD_LENGTH (the range wraps),
+ INVALID_ARGUMENT (NULL key_out).
+ */
+int doorbell_expose(struct doorbell_endpoint *ep, uint32_t task, const void *base, size_t len, uint64_t *key_out);
+
+/*
+ End an exposure.  Bytes of it that a socket has not taken yet are
+ copied first, so the memory may be reused as soon as this returns.
+ Errors: INVALID_ARGUMENT (no such key).
+ */
+int doorbell_unexpose(struct doorbell_endpoint *ep, uint64_t key);
+
+/*
+ Read `len` bytes at address `addr` of `task`, which exposed them to us
+ under `key`, into `dst`, over the TCP connection: the bytes go from the
+ socket straight into `dst`.  `dst` must stay valid, and untouched,
+ until doorbell_reads_done(window) reports `cookie`.  A request outside
+ what `key` exposes makes the owner close the connection (the read then
+ ends with PEER_LOST).
+ Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH (over max_message),
+ PEER_LOST, NETWORK, INVALID_ARGUMENT (NULL dst with len > 0).
+ */
+int doorbell_read(struct doorbell_endpoint *ep, uint32_t task, uint32_t window, void *dst, size_t len, uint64_t addr, uint64_t key, uint64_t cookie);
+
+/*
+ Move up to `max` reads of `window` that ended into `out`.  Returns how
+ many (>= 0), UNKNOWN_WINDOW, or INVALID_ARGUMENT (NULL out with max > 0).
+ A read ending also notifies its window (a doorbell_wait returns).
+ */
+int doorbell_reads_done(struct doorbell_endpoint *ep, uint32_t window, struct doorbell_read_result *out, size_t max);
+
+/*
+ 1 if data of some read arrived since the last call (a read in
+ progress, not yet reported by doorbell_reads_done), else 0; a caller
+ that waits for reads counts it as activity, not idleness.
+ */
+int doorbell_reads_moved(struct doorbell_endpoint *ep);
 
 /*
  Copy the endpoint's counters into `*out`.

@@ -145,6 +145,8 @@ typedef struct mca_btl_doorbell_module_t {
     uint64_t sleep_timeouts;
     uint64_t sends_queued;
     uint64_t single_copy_reads;       /* btl_get calls served by process_vm_readv */
+    uint64_t tcp_reads;               /* btl_get calls served over TCP (the core's read) */
+    volatile int32_t nreads;          /* TCP reads not yet completed (polled in progress) */
 } mca_btl_doorbell_module_t;
 
 extern mca_btl_doorbell_module_t mca_btl_doorbell_module;      /* shm, and the shared state */
@@ -203,6 +205,20 @@ typedef struct {
 extern const uint64_t mca_btl_doorbell_cma_probe_word;
 /* true if this process can read the peer's memory */
 bool mca_btl_doorbell_cma_probe(pid_t pid, uint64_t probe_address);
+/* TCP reads (btl_doorbell_get.c): ob1 registers a buffer it sends by RGET
+ * to a peer on another node; the handle carries the key the core exposed
+ * the range under, for that peer only. */
+struct mca_btl_base_registration_handle_t {
+    uint64_t key; /* 0: a local buffer, nothing exposed */
+};
+mca_btl_base_registration_handle_t *mca_btl_doorbell_register_mem(struct mca_btl_base_module_t *btl,
+                                                                  struct mca_btl_base_endpoint_t *endpoint,
+                                                                  void *base, size_t size, uint32_t flags);
+int mca_btl_doorbell_deregister_mem(struct mca_btl_base_module_t *btl,
+                                    mca_btl_base_registration_handle_t *handle);
+/* Complete the TCP reads that ended; returns how many. */
+int mca_btl_doorbell_reads_progress(mca_btl_doorbell_module_t *module);
+
 int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
                          void *local_address, uint64_t remote_address,
                          struct mca_btl_base_registration_handle_t *local_handle,

@@ -379,9 +379,10 @@ static int doorbell_component_register(void)
     c->single_copy = true;
     rc = mca_base_component_var_register(
         &c->super.btl_version, "single_copy",
-        "Large messages to same-node peers in one copy: the receiver reads the sender's buffer "
-        "with process_vm_readv (ob1's RGET), as vader's CMA does.  Off, or when the peer's "
-        "memory cannot be read, they go through the ring (two copies)",
+        "Large messages in one copy (ob1's RGET): the receiver reads the sender's buffer, with "
+        "process_vm_readv from a same-node peer (as vader's CMA does; when the peer's memory "
+        "cannot be read, they go through the ring), over the TCP connection straight into "
+        "its buffer from a peer on another node.  Off, they take two copies",
         MCA_BASE_VAR_TYPE_BOOL, NULL, 0, MCA_BASE_VAR_FLAG_SETTABLE, OPAL_INFO_LVL_4,
         MCA_BASE_VAR_SCOPE_READONLY, &c->single_copy);
     note_param_error(rc, "btl_doorbell_single_copy");
@@ -792,8 +793,20 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
         keep_default_or("rndv_eager_limit", &mca_btl_doorbell_module.super.btl_rndv_eager_limit,
                         c->tcp_rndv_eager_limit);
     }
-    /* The TCP module: the shm module's functions, its own limits, no GET. */
+    /* The TCP module: the shm module's functions, its own limits, and GET
+     * by reads over the connection (btl_doorbell_get.c), which need the
+     * sender's buffer registered (exposed to the reader). */
     tcp->super = mca_btl_doorbell_module.super;
+    if (c->single_copy) {
+        tcp->super.btl_flags |= MCA_BTL_FLAGS_GET;
+        tcp->super.btl_register_mem = mca_btl_doorbell_register_mem;
+        tcp->super.btl_deregister_mem = mca_btl_doorbell_deregister_mem;
+        tcp->super.btl_registration_handle_size = sizeof(mca_btl_base_registration_handle_t);
+        /* the core's frames are at most max_message (1 GiB) long */
+        tcp->super.btl_get_limit = (size_t) 1 << 30;
+        /* the reading side needs no registration of its own buffer */
+        tcp->super.btl_get_local_registration_threshold = SIZE_MAX;
+    }
     tcp->super.btl_eager_limit = c->tcp_eager_limit;
     tcp->super.btl_rndv_eager_limit = c->tcp_rndv_eager_limit;
     tcp->super.btl_max_send_size = c->tcp_max_send_size;
@@ -951,6 +964,9 @@ static int doorbell_component_progress(void)
             module->progress_busy = 0;
             return count;
         }
+    }
+    if (module->nreads) {
+        count += mca_btl_doorbell_reads_progress(module);
     }
 
     /* Completions of sends made by the callbacks above (a rendezvous ACK

@@ -35,7 +35,7 @@ mca_btl_doorbell_module_t mca_btl_doorbell_module = {
     },
 };
 
-/* Filled in at init: the same functions, the TCP limits, no GET. */
+/* Filled in at init: the same functions, the TCP limits, GET over TCP. */
 mca_btl_doorbell_module_t mca_btl_doorbell_tcp_module;
 
 /* ------------------------------------------------------------------ */
@@ -125,6 +125,8 @@ int mca_btl_doorbell_module_init(mca_btl_doorbell_module_t *module, doorbell_end
     module->finalizing = false;
     module->sleeps = 0;
     module->single_copy_reads = 0;
+    module->tcp_reads = 0;
+    module->nreads = 0;
     module->sleep_timeouts = 0;
     module->sends_queued = 0;
     return OPAL_SUCCESS;
@@ -388,7 +390,7 @@ static void report_counters(mca_btl_doorbell_module_t *module)
                         "wakeups=%llu spurious_wakeups=%llu shm_sent=%llu shm_received=%llu "
                         "tcp_sent=%llu tcp_received=%llu shm_wakeups=%llu tcp_wakeups=%llu "
                         "peers_lost=%llu strangers_rejected=%llu sleeps=%llu sleep_timeouts=%llu "
-                        "sends_queued=%llu single_copy_reads=%llu",
+                        "sends_queued=%llu single_copy_reads=%llu tcp_reads=%llu",
                         module->my_task, (unsigned long long) k.notifies_sent,
                         (unsigned long long) k.notifies_skipped, (unsigned long long) k.wakeups,
                         (unsigned long long) k.spurious_wakeups, (unsigned long long) k.shm_sent,
@@ -399,7 +401,8 @@ static void report_counters(mca_btl_doorbell_module_t *module)
                         (unsigned long long) module->sleeps,
                         (unsigned long long) module->sleep_timeouts,
                         (unsigned long long) module->sends_queued,
-                        (unsigned long long) module->single_copy_reads);
+                        (unsigned long long) module->single_copy_reads,
+                        (unsigned long long) module->tcp_reads);
     for (int p = 1; p <= 2; ++p) {
         const mca_btl_doorbell_spin_learner_t *l = &module->learner[p];
         opal_output_verbose(1, c->output,

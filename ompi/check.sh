@@ -97,7 +97,22 @@ r=$(reads exchange_np2_tcp0)
 if [ "$r" -gt 0 ]; then pass "single copy: $r large messages read with process_vm_readv"; else
     fail "single copy: no large message read with process_vm_readv"; fi
 r=$(reads exchange_np2_tcp1)
-if [ "$r" -eq 0 ]; then pass "single copy: none over force_tcp"; else fail "single copy: $r reads over force_tcp"; fi
+if [ "$r" -eq 0 ]; then pass "single copy: no process_vm_readv over force_tcp"; else fail "single copy: $r process_vm_readv reads over force_tcp"; fi
+# over TCP, large contiguous messages are read over the connection straight
+# into the receiver's buffer (the core's remote reads), with every byte checked
+tcp_reads() { grep -Eo 'tcp_reads=[0-9]+' "$WORK/$1.out" | awk -F= '{s += $2} END {print s + 0}'; }
+for np in 2 4; do
+    r=$(tcp_reads exchange_np${np}_tcp1)
+    if [ "$r" -gt 0 ]; then pass "single copy over TCP (np $np): $r large messages read over the connection"; else
+        fail "single copy over TCP (np $np): no large message read over the connection"; fi
+done
+r=$(tcp_reads exchange_np2_tcp0)
+if [ "$r" -eq 0 ]; then pass "single copy over shm: no reads over TCP"; else fail "single copy over shm: $r reads over TCP"; fi
+run exchange_tcp_no_single_copy "${MPIRUN[@]}" -np 2 --mca btl self,doorbell --mca btl_doorbell_force_tcp 1 \
+    --mca btl_doorbell_single_copy 0 --mca btl_doorbell_verbose 1 "$WORK/btl_probe" exchange || true
+r=$(tcp_reads exchange_tcp_no_single_copy)
+if [ "$r" -eq 0 ] && grep -q 'tcp_reads=' "$WORK/exchange_tcp_no_single_copy.out"; then
+    pass "single copy off over TCP: messages go as fragments"; else fail "single copy off over TCP: still $r reads"; fi
 run exchange_no_single_copy "${MPIRUN[@]}" -np 2 --mca btl self,doorbell --mca btl_doorbell_single_copy 0 \
     --mca btl_doorbell_verbose 1 "$WORK/btl_probe" exchange || true
 r=$(reads exchange_no_single_copy)

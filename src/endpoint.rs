@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::path::shm::WindowRx;
 use crate::path::tcp::Inbound;
 use crate::peers::Peer;
+use crate::remote_read::{Exposures, ReadDone, ReadDst, Reads};
 use crate::sync::lock;
 use crate::sys;
 use crate::task_table::TaskTable;
@@ -68,6 +69,8 @@ pub(crate) struct WindowLocal {
     pub(crate) peer_events_ready: AtomicBool,
     /// Written under `rx` only (counters.rs).
     pub(crate) shm_received: GuardedCount,
+    /// Remote reads that ended, for `reads_done` (remote_read.rs).
+    pub(crate) reads_done: Mutex<Vec<ReadDone>>,
 }
 
 pub(crate) struct Inner {
@@ -82,6 +85,9 @@ pub(crate) struct Inner {
     pub(crate) buf_pool: Arc<BufPool>,
     /// What large TCP bodies being received may claim together (tcp.rs).
     pub(crate) rx_budget: RxBudget,
+    /// Memory peers may read, and reads we asked peers for (remote_read.rs).
+    pub(crate) exposures: Exposures,
+    pub(crate) reads: Reads,
     /// Connections that stopped reading for want of budget.
     pub(crate) throttled: Mutex<Vec<Arc<Conn>>>,
     /// conns.len(), readable without the lock.
@@ -177,6 +183,8 @@ impl Endpoint {
             conns: Mutex::new(HashMap::new()),
             buf_pool: Arc::new(BufPool::default()),
             rx_budget,
+            exposures: Exposures::default(),
+            reads: Reads::default(),
             throttled: Mutex::new(Vec::new()),
             conn_count: AtomicUsize::new(0),
             next_token: AtomicU64::new(3),
@@ -280,6 +288,41 @@ impl Endpoint {
 
     pub fn flush(&self, timeout: Option<Duration>) -> Result<()> {
         self.inner.flush(timeout)
+    }
+
+    /// Let `task` read [base, base + len) of our memory (remote_read.rs)
+    /// until `unexpose(key)`.  Returns the key its reads name.
+    pub fn expose(&self, task: u32, base: u64, len: u64) -> Result<u64> {
+        self.inner.peer(task)?;
+        self.inner.exposures.expose(task, base, len).ok_or(Error::BadLength)
+    }
+
+    pub fn unexpose(&self, key: u64) -> Result<()> {
+        self.inner.unexpose(key)
+    }
+
+    /// Read what `key` exposes to us at `addr` in `task` into `dst`; the
+    /// window's `reads_done` reports `cookie` (and its window is notified).
+    pub fn read(&self, task: u32, window: u32, dst: ReadDst, addr: u64, key: u64, cookie: u64) -> Result<()> {
+        self.inner.check_flih()?;
+        self.inner.read_remote(task, window, dst, addr, key, cookie)
+    }
+
+    /// Whether data of some read arrived since the last call (the reader
+    /// is busy, even if no read ended).
+    pub fn reads_moved(&self) -> bool {
+        self.inner.reads.take_moved()
+    }
+
+    /// Move up to `out.len()` ended reads of `window` into `out`.
+    pub fn reads_done(&self, window: u32, out: &mut [ReadDone]) -> Result<usize> {
+        self.inner.check_window(window)?;
+        let mut done = lock(&self.inner.windows[window as usize].reads_done);
+        let n = done.len().min(out.len());
+        for (o, d) in out.iter_mut().zip(done.drain(..n)) {
+            *o = d;
+        }
+        Ok(n)
     }
 }
 

@@ -14,6 +14,7 @@ use crate::config::{Config, WaitMode, MAX_TASKS, MAX_WINDOWS};
 pub use crate::counters::doorbell_counters;
 use crate::endpoint::{Endpoint, Woke};
 use crate::error::Error;
+use crate::remote_read::{ReadDone, ReadDst};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -578,6 +579,120 @@ pub unsafe extern "C" fn doorbell_flush(ep: *mut doorbell_endpoint, timeout_us: 
         // SAFETY: `ep` is NULL or a live handle (the module's contract).
         unsafe { endpoint(ep) }?.flush(timeout)?;
         Ok(DOORBELL_OK)
+    })
+}
+
+/// Let `task` read `len` bytes at `base` of this process's memory
+/// (doorbell_read, over TCP) until doorbell_unexpose(*key_out).  The memory
+/// must stay valid until then; only `task`, and only inside the range, can
+/// read it.  Errors: UNKNOWN_TASK, BAD_LENGTH (the range wraps),
+/// INVALID_ARGUMENT (NULL key_out).
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_expose(
+    ep: *mut doorbell_endpoint,
+    task: u32,
+    base: *const c_void,
+    len: usize,
+    key_out: *mut u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        // SAFETY: NULL or a writable u64.
+        let out = unsafe { key_out.as_mut() }.ok_or(Error::InvalidArgument)?;
+        *out = ep.expose(task, base as u64, len as u64)?;
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// End an exposure.  Bytes of it that a socket has not taken yet are
+/// copied first, so the memory may be reused as soon as this returns.
+/// Errors: INVALID_ARGUMENT (no such key).
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_unexpose(ep: *mut doorbell_endpoint, key: u64) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        unsafe { endpoint(ep) }?.unexpose(key)?;
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// Read `len` bytes at address `addr` of `task`, which exposed them to us
+/// under `key`, into `dst`, over the TCP connection: the bytes go from the
+/// socket straight into `dst`.  `dst` must stay valid, and untouched,
+/// until doorbell_reads_done(window) reports `cookie`.  A request outside
+/// what `key` exposes makes the owner close the connection (the read then
+/// ends with PEER_LOST).
+/// Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH (over max_message),
+/// PEER_LOST, NETWORK, INVALID_ARGUMENT (NULL dst with len > 0).
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_read(
+    ep: *mut doorbell_endpoint,
+    task: u32,
+    window: u32,
+    dst: *mut c_void,
+    len: usize,
+    addr: u64,
+    key: u64,
+    cookie: u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        if dst.is_null() && len > 0 {
+            return Err(Error::InvalidArgument);
+        }
+        // SAFETY: the caller keeps `dst` valid and untouched until the read
+        // is reported (this function's contract).
+        let dst = unsafe { ReadDst::new(dst as *mut u8, len) };
+        ep.read(task, window, dst, addr, key, cookie)?;
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// A read that ended: the cookie given to doorbell_read and its status
+/// (DOORBELL_OK: the bytes are in place; PEER_LOST: they never will be).
+#[repr(C)]
+pub struct doorbell_read_result {
+    pub cookie: u64,
+    pub status: i32,
+}
+
+/// Move up to `max` reads of `window` that ended into `out`.  Returns how
+/// many (>= 0), UNKNOWN_WINDOW, or INVALID_ARGUMENT (NULL out with max > 0).
+/// A read ending also notifies its window (a doorbell_wait returns).
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_reads_done(
+    ep: *mut doorbell_endpoint,
+    window: u32,
+    out: *mut doorbell_read_result,
+    max: usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        if out.is_null() && max > 0 {
+            return Err(Error::InvalidArgument);
+        }
+        let mut done = [ReadDone { cookie: 0, status: 0 }; 16];
+        let want = max.min(done.len());
+        let n = ep.reads_done(window, &mut done[..want])?;
+        for (i, d) in done[..n].iter().enumerate() {
+            // SAFETY: `out` holds `max` >= n writable entries (contract).
+            unsafe { out.add(i).write(doorbell_read_result { cookie: d.cookie, status: d.status }) };
+        }
+        Ok(n as c_int)
+    })
+}
+
+/// 1 if data of some read arrived since the last call (a read in
+/// progress, not yet reported by doorbell_reads_done), else 0; a caller
+/// that waits for reads counts it as activity, not idleness.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_reads_moved(ep: *mut doorbell_endpoint) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        Ok(unsafe { endpoint(ep) }?.reads_moved() as c_int)
     })
 }
 

@@ -2,13 +2,20 @@
 //! messages.
 //!
 //! Frame header (16 B): `len u64 | window u32 | tag u8 | kind u8 | pad u16`,
-//! then `len` payload bytes.  kind 0 is a message, 1 is a goodbye (FIN).
+//! then `len` payload bytes.  kind 0 is a message, 1 is a goodbye (FIN),
+//! 2 a read request and 3 its data (remote_read.rs): for those two the
+//! window field carries the read's id and the tag is 0; a request's body
+//! is READ_REQUEST bytes, `addr u64 | len u64 | key u64`.
 
 use crate::config::MAX_WINDOWS;
 
 pub const FRAME_HEADER: usize = 16;
 pub const KIND_MESSAGE: u8 = 0;
 pub const KIND_GOODBYE: u8 = 1;
+pub const KIND_READ_REQUEST: u8 = 2;
+pub const KIND_READ_DATA: u8 = 3;
+/// The body of a read request.
+pub const READ_REQUEST: usize = 24;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {
@@ -36,7 +43,13 @@ impl FrameHeader {
             tag: b[12],
             kind: b[13],
         };
-        let ok = h.len <= max_message && h.window < MAX_WINDOWS && h.kind <= KIND_GOODBYE && b[14] == 0 && b[15] == 0;
+        let kind_ok = match h.kind {
+            KIND_MESSAGE | KIND_GOODBYE => h.window < MAX_WINDOWS,
+            KIND_READ_REQUEST => h.tag == 0 && h.len == READ_REQUEST as u64,
+            KIND_READ_DATA => h.tag == 0,
+            _ => false,
+        };
+        let ok = h.len <= max_message && kind_ok && b[14] == 0 && b[15] == 0;
         ok.then_some(h)
     }
 }
@@ -52,5 +65,13 @@ mod tests {
         assert_eq!(FrameHeader::decode(&f.encode(), 1000), None, "oversize");
         let bad = FrameHeader { window: MAX_WINDOWS, ..f };
         assert_eq!(FrameHeader::decode(&bad.encode(), 1 << 30), None);
+        // A read's frames carry its id in the window field, and no tag.
+        let data = FrameHeader { window: u32::MAX, tag: 0, kind: KIND_READ_DATA, ..f };
+        assert_eq!(FrameHeader::decode(&data.encode(), 1 << 30), Some(data));
+        assert_eq!(FrameHeader::decode(&FrameHeader { tag: 1, ..data }.encode(), 1 << 30), None);
+        let req = FrameHeader { len: READ_REQUEST as u64, window: 7, tag: 0, kind: KIND_READ_REQUEST };
+        assert_eq!(FrameHeader::decode(&req.encode(), 1 << 30), Some(req));
+        assert_eq!(FrameHeader::decode(&FrameHeader { len: 25, ..req }.encode(), 1 << 30), None);
+        assert_eq!(FrameHeader::decode(&FrameHeader { kind: 4, ..f }.encode(), 1 << 30), None);
     }
 }

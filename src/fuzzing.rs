@@ -57,6 +57,7 @@ pub fn frame(data: &[u8]) {
 enum Seen {
     Frame(u32, u8, Vec<u8>),
     Goodbye,
+    ReadRequest(crate::remote_read::ReadRequest),
 }
 
 /// The events and the end a straight reading of the whole stream gives.
@@ -71,10 +72,19 @@ fn rx_reference(mut s: &[u8], max_message: u64) -> (Vec<Seen>, RxEnd) {
             seen.push(Seen::Goodbye);
             continue;
         }
+        if f.kind == frame::KIND_READ_DATA {
+            // This connection asked for no read: data is garbage.
+            return (seen, RxEnd::Garbage);
+        }
         if (s.len() as u64) < f.len {
             break;
         }
-        seen.push(Seen::Frame(f.window, f.tag, s[..f.len as usize].to_vec()));
+        let body = &s[..f.len as usize];
+        if f.kind == frame::KIND_READ_REQUEST {
+            seen.push(Seen::ReadRequest(crate::remote_read::ReadRequest::decode(f.window, body).unwrap()));
+        } else {
+            seen.push(Seen::Frame(f.window, f.tag, body.to_vec()));
+        }
         s = &s[f.len as usize..];
     }
     (seen, RxEnd::Closed)
@@ -195,13 +205,15 @@ pub fn tcp_rx(data: &[u8]) {
     let mut seen = vec![];
     let mut end = RxEnd::Drained;
     feed(tx, stream, cut as usize + 1, &mut |to_eof| {
-        end = conn.read_ready(to_eof, max_message, &budget, &mut |ev| match ev {
+        end = conn.read_ready(to_eof, max_message, &budget, &|_, _| None, &mut |ev| match ev {
             RxEvent::Frame { window, tag, data } => {
                 assert!(data.len() as u64 <= max_message);
                 seen.push(Seen::Frame(window, tag, data))
             }
             RxEvent::Goodbye => seen.push(Seen::Goodbye),
             RxEvent::Released => {}
+            RxEvent::ReadRequest(r) => seen.push(Seen::ReadRequest(r)),
+            RxEvent::ReadDone { .. } | RxEvent::ReadMoved => panic!("no read was asked for"),
         });
         assert_ne!(end, RxEnd::Throttled, "one connection's body is always admitted");
         end == RxEnd::Drained

@@ -52,6 +52,8 @@ mod preload;
 #[cfg(not(loom))]
 mod record;
 #[cfg(not(loom))]
+mod remote_read;
+#[cfg(not(loom))]
 mod shm;
 mod sync;
 #[cfg(not(loom))]
@@ -75,5 +77,7 @@ pub use config::{Config, WaitMode};
 pub use counters::doorbell_counters;
 #[cfg(not(loom))]
 pub use endpoint::{Endpoint, Woke};
+#[cfg(not(loom))]
+pub use remote_read::{ReadDone, ReadDst};
 #[cfg(not(loom))]
 pub use error::{Error, Result};

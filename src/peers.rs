@@ -203,6 +203,10 @@ impl Inner {
             bump(&self.counters.peers_lost);
             Woke::PeerLost(task)
         };
+        // Reads from it that no data frame is filling will never be answered.
+        for (w, done) in self.reads.fail_unclaimed(task, crate::ffi::DOORBELL_ERR_PEER_LOST) {
+            self.report_read(w, done);
+        }
         let open = self.control.windows_open();
         for w in 0..open {
             let win = &self.windows[w as usize];

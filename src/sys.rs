@@ -187,6 +187,23 @@ pub fn recv_append(fd: RawFd, buf: &mut Vec<u8>, max: usize) -> io::Result<usize
     Ok(r as usize)
 }
 
+/// readv(2) into `len` bytes at `first`, then on into `rest`: a frame's
+/// body and, past its end, the stage for the frames after it, in one call.
+/// Returns the bytes read (0 at EOF); the first min(n, len) went to `first`.
+///
+/// # Safety
+/// `first` must be writable for `len` bytes (uninitialised is fine).
+pub unsafe fn recv_split(fd: RawFd, first: *mut u8, len: usize, rest: &mut [u8]) -> io::Result<usize> {
+    let iov = [
+        libc::iovec { iov_base: first as *mut libc::c_void, iov_len: len },
+        libc::iovec { iov_base: rest.as_mut_ptr() as *mut libc::c_void, iov_len: rest.len() },
+    ];
+    // SAFETY: both iovecs are writable for their lengths (the caller's
+    // contract for `first`, a &mut slice for `rest`); `iov` outlives the call.
+    let r = unsafe { libc::syscall(libc::SYS_readv, fd as libc::c_long, iov.as_ptr(), 2 as libc::c_long) };
+    syscall!(r).map(|n| n as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};

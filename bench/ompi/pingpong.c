@@ -1,8 +1,9 @@
 /* pingpong.c -- 2-rank latency (half round trip) and streaming bandwidth.
  *
  * Usage: pingpong [-q]        (-q: about 10x fewer iterations, for smoke runs)
- * Prints: RESULT lat <bytes> <microseconds>
- *         RESULT bw  <bytes> <MB/s, 10^6 bytes per second>
+ * Prints: RESULT lat  <bytes> <microseconds>
+ *         RESULT bw   <bytes> <MB/s, 10^6 bytes per second>
+ *         RESULT bibw <bytes> <MB/s, both directions together>
  */
 #include "bench_common.h"
 
@@ -164,6 +165,43 @@ static double bandwidth(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf)
     return (double)size * (double)window * (double)iters / t / 1e6;
 }
 
+/* Two-way streams (OSU bibw's pattern): each rank posts a window of
+ * receives from the other and a window of sends to it, then waits for all
+ * of them; both directions' bytes count. */
+static double bibandwidth(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf)
+{
+    size_t window = clamp(BW_INFLIGHT / size, 1, BW_MAX_WINDOW);
+    size_t iters = clamp(((size_t)256 << 20) / (size * window), 5, 500);
+    if (quick)
+        iters = clamp(iters / 10, 3, iters);
+    size_t warm = 2;
+    int peer = 1 - rank;
+    MPI_Request req[2 * BW_MAX_WINDOW];
+    double t0 = 0, w0;
+
+    memset(rbuf, 0, size * window);
+    MPI_Barrier(MPI_COMM_WORLD);
+    w0 = now_s();
+    for (size_t i = 0; i < warm + iters; i++) {
+        if (i == warm) {
+            iters = agreed_iters(rank, iters, warm, now_s() - w0);
+            t0 = now_s();
+        }
+        stamp(sbuf, size, i);
+        for (size_t w = 0; w < window; w++)
+            MPI_Irecv(rbuf + w * size, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD, &req[w]);
+        for (size_t w = 0; w < window; w++)
+            MPI_Isend(sbuf, (int)size, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD, &req[window + w]);
+        MPI_Waitall((int)(2 * window), req, MPI_STATUSES_IGNORE);
+        for (size_t w = 0; w < window; w++)
+            check_stamp(rbuf + w * size, size, i);
+    }
+    double t = now_s() - t0;
+    for (size_t w = 0; w < window; w++)
+        verify(rbuf + w * size, sbuf, size, "two-way bandwidth", size);
+    return 2.0 * (double)size * (double)window * (double)iters / t / 1e6;
+}
+
 int main(int argc, char **argv)
 {
     int rank;
@@ -192,6 +230,17 @@ int main(int argc, char **argv)
         double mbs = bandwidth(rank, sizes[s], sbuf, rbuf);
         if (rank == 0) {
             printf("RESULT bw %zu %.2f\n", sizes[s], mbs);
+            fflush(stdout);
+        }
+    }
+    /* Two-way: 1 KiB and up (below, both transports are per-message bound). */
+    for (size_t s = 1; s < NSIZES; s++) {
+        if (sizes[s] < 1024)
+            continue;
+        fill(sbuf, sizes[s], sizes[s]);
+        double mbs = bibandwidth(rank, sizes[s], sbuf, rbuf);
+        if (rank == 0) {
+            printf("RESULT bibw %zu %.2f\n", sizes[s], mbs);
             fflush(stdout);
         }
     }

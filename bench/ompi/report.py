@@ -124,6 +124,16 @@ def targets(res, mode, transports):
         out.append(("8 B latency, doorbell force_tcp/tcp",
                     res.ratio("doorbell_tcp", "tcp", "lat", "8"),
                     1.1, False, "x", ctx("lat", "8", ["doorbell_tcp", "tcp"]) + " us"))
+        # bandwidth over TCP: the worst size of the range
+        for metric, lo, label in (("bw", 65536, "bandwidth 64 KiB-4 MiB"),
+                                  ("bibw", 1024, "two-way bandwidth 1 KiB-4 MiB")):
+            sizes = sorted({int(k) for (t, m, k) in res.vals if m == metric and int(k) >= lo})
+            ratios = [(res.ratio("doorbell_tcp", "tcp", metric, str(k)), k) for k in sizes]
+            ratios = [(r, k) for r, k in ratios if r is not None]
+            worst = min(ratios) if ratios else (None, None)
+            where = f"worst at {size_label(worst[1])}: " + ctx(metric, str(worst[1]), ["doorbell_tcp", "tcp"]) \
+                if worst[1] is not None else ""
+            out.append((f"{label}, force_tcp/tcp (worst size)", worst[0], 0.9, ">=", "x", where + " MB/s"))
         for metric, label in (("barrier", "8-rank barrier"), ("allreduce", "8-rank allreduce")):
             out.append((f"{label}, doorbell/vader", res.ratio("doorbell", "vader", metric),
                         2.0, False, "x", ctx(metric, "-", ["doorbell", "vader"]) + " us"))
@@ -159,6 +169,8 @@ def main():
                 "2-rank latency, us (ping-pong / 2, median; ratio < 1: doorbell faster)", "{:.2f}".format)
     sized_table(res, transports, pairs, "bw",
                 "2-rank bandwidth, MB/s (10^6 B/s, median; ratio > 1: doorbell faster)", fmt3)
+    sized_table(res, transports, pairs, "bibw",
+                "2-rank two-way bandwidth, MB/s (both directions, median; ratio > 1: doorbell faster)", fmt3)
     scalar_table(res, transports, pairs)
     yields = {t: res.med(t, "coll_yield") for t in transports if res.med(t, "coll_yield") is not None}
     if yields:
@@ -180,9 +192,12 @@ def main():
         if v is None:
             verdict = "n/a (not measured)"
         else:
-            verdict = "met" if (v < limit if strict else v <= limit) else "MISSED"
-        rows.append([desc, fmt(v, suffix=unit), ("< " if strict else "<= ") + f"{limit}{unit}",
-                     verdict, context])
+            if strict == ">=":
+                verdict = "met" if v >= limit else "MISSED"
+            else:
+                verdict = "met" if (v < limit if strict else v <= limit) else "MISSED"
+        op = ">= " if strict == ">=" else "< " if strict else "<= "
+        rows.append([desc, fmt(v, suffix=unit), op + f"{limit}{unit}", verdict, context])
     table(["target", "measured", "goal", "verdict", "context (medians)"], rows)
     return 0
 

@@ -13,8 +13,9 @@
 #                   a full run takes ~3-4 min on 2 cores)
 #   ROUNDS=n        rounds (default 5; QUICK 2)
 #   MODE=single     (default) one node: self,vader | self,tcp | self,doorbell |
-#                   self,doorbell + btl_doorbell_force_tcp 1; latency, bandwidth,
-#                   idle CPU, listener thread, 8-rank barrier/allreduce
+#                   self,doorbell + btl_doorbell_force_tcp 1; latency, one-way
+#                   and two-way bandwidth, idle CPU, listener thread, 8-rank
+#                   barrier/allreduce
 #   MODE=twonode    two nodes, one rank each (--map-by node): self,vader,tcp vs
 #                   doorbell with btl_doorbell_wait_mode poll|adaptive|block;
 #                   latency, bandwidth, idle CPU.  Put the hosts in MPIRUN_EXTRA,
@@ -121,7 +122,7 @@ quick_arg=()
 # bounded for a hung one.
 declare -A limit=([pingpong]=120 [idle]=45 [listener]=60 [coll]=90)
 # RESULT metrics a run must produce to count as complete.
-declare -A expect=([pingpong]="lat bw" [idle]="idle_cpu" [listener]="listener_slowdown"
+declare -A expect=([pingpong]="lat bw bibw" [idle]="idle_cpu" [listener]="listener_slowdown"
                    [coll]="barrier allreduce")
 
 passed=0

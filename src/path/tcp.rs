@@ -9,7 +9,8 @@ use crate::config::MAX_WINDOWS;
 use crate::counters::bump;
 use crate::endpoint::{Inner, WindowLocal, CONNS_IN_FLIH, TOKEN_CONNS};
 use crate::error::{Error, Result};
-use crate::frame::{self, FrameHeader};
+use crate::frame::{self, FrameHeader, READ_REQUEST};
+use crate::remote_read::{ReadDone, ReadDst, ReadRequest};
 use crate::peers::Peer;
 use crate::sync::lock;
 use crate::sys;
@@ -159,7 +160,10 @@ impl Inner {
         let mut touched = [false; MAX_WINDOWS as usize];
         let mut goodbye = false;
         let mut released = false;
-        let end = conn.read_ready(hup, self.cfg.max_message, &self.rx_budget, &mut |ev| match ev {
+        let mut requests = vec![];
+        let task = conn.task();
+        let claim = |id, len| self.reads.claim(task, id, len);
+        let mut end = conn.read_ready(hup, self.cfg.max_message, &self.rx_budget, &claim, &mut |ev| match ev {
             RxEvent::Frame { window, tag, data } => {
                 let w = &self.windows[window as usize];
                 lock(&w.inbox).push_back(Inbound { src: conn.task(), tag, data });
@@ -168,8 +172,15 @@ impl Inner {
             }
             RxEvent::Goodbye => goodbye = true,
             RxEvent::Released => released = true,
+            RxEvent::ReadRequest(r) => requests.push(r),
+            RxEvent::ReadDone { id } => self.read_ended(id, 0),
+            RxEvent::ReadMoved => self.reads.moved.store(true, Ordering::Release),
         });
-        let task = conn.task();
+        for r in requests {
+            if !self.serve_read(conn, r) {
+                end = RxEnd::Garbage;
+            }
+        }
         if goodbye {
             if let Ok(p) = self.peer(task) {
                 p.gone.store(true, Ordering::Release);
@@ -184,6 +195,9 @@ impl Inner {
             RxEnd::Drained => {}
             RxEnd::Throttled => lock(&self.throttled).push(conn.clone()),
             RxEnd::Closed | RxEnd::Garbage => {
+                if let Some(id) = conn.abandoned_read() {
+                    self.read_ended(id, crate::ffi::DOORBELL_ERR_PEER_LOST);
+                }
                 self.drop_conn(conn);
                 self.peer_exited(task);
                 released = true;
@@ -191,6 +205,72 @@ impl Inner {
         }
         if released {
             self.resume_throttled();
+        }
+    }
+
+    /// A peer asks to read memory we exposed to it: answer from that
+    /// memory (remote_read.rs).  False for a request outside what it was
+    /// given (the connection then ends).
+    fn serve_read(&self, conn: &Arc<Conn>, r: ReadRequest) -> bool {
+        let Some(region) = self.exposures.check(conn.task(), r.key, r.addr, r.len) else { return false };
+        let Some(_held) = region.hold() else { return false };
+        let hdr = FrameHeader { len: r.len, window: r.id, tag: 0, kind: frame::KIND_READ_DATA };
+        // A failed send means a dead connection, which its reader reports.
+        let _ = conn.send_lent(hdr, &region, r.addr as *const u8, r.len as usize);
+        true
+    }
+
+    /// Read `id` ended with `status` (0 or an error code): report it to its
+    /// window (`reads_done`) and wake that window.
+    pub(crate) fn read_ended(&self, id: u32, status: i32) {
+        if let Some((window, done)) = self.reads.finish(id, status) {
+            self.report_read(window, done);
+        }
+    }
+
+    pub(crate) fn report_read(&self, window: u32, done: ReadDone) {
+        lock(&self.windows[window as usize].reads_done).push(done);
+        self.notify(&self.control, window);
+    }
+
+    /// Read `len` bytes at `addr` of what `key` exposes to us in `task`
+    /// into `dst`; `reads_done` reports `cookie` when they are there.
+    pub(crate) fn read_remote(&self, task: u32, window: u32, dst: ReadDst, addr: u64, key: u64, cookie: u64) -> Result<()> {
+        if dst.len() as u64 > self.cfg.max_message {
+            return Err(Error::BadLength);
+        }
+        self.check_window(window)?;
+        let p = self.peer(task)?;
+        if p.lost.load(Ordering::Acquire) {
+            return Err(Error::PeerLost);
+        }
+        let conn = self.tcp_conn(p)?;
+        let id = self.reads.start(task, window, dst, cookie);
+        let req = ReadRequest { id, addr, len: dst.len() as u64, key };
+        let hdr = FrameHeader { len: READ_REQUEST as u64, window: id, tag: 0, kind: frame::KIND_READ_REQUEST };
+        // Never refused (no backlog limit): a request is 40 bytes, and goes
+        // ahead of queued data (tcp.rs `send_urgent`).
+        if let Err(e) = conn.send_urgent(hdr, &req.body()) {
+            self.reads.finish(id, 0);
+            return Err(e);
+        }
+        bump(&self.counters.tcp_sent);
+        Ok(())
+    }
+
+    /// End an exposure; bytes of it still queued for a socket are copied
+    /// out first (remote_read.rs).
+    pub(crate) fn unexpose(&self, key: u64) -> Result<()> {
+        let found = self.exposures.unexpose(key, |region| {
+            let conns: Vec<_> = lock(&self.conns).values().cloned().collect();
+            for c in conns {
+                c.unlend(region);
+            }
+        });
+        if found {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument)
         }
     }
 
