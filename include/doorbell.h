@@ -193,8 +193,6 @@
  */
 #define DOORBELL_QUEUE_HEADER_BYTES 70016
 
-#define QUEUE_HEADER_BYTES (4480 + (4 * (size_t)MAX_TASKS))
-
 /*
  Opaque per-process endpoint.  Any thread may send; each window should be
  progressed by one thread at a time (a concurrent progress of the same
