@@ -366,20 +366,7 @@ impl Conn {
             heap.extend(parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)));
             &mut heap[..]
         };
-        let mut sent = 0usize;
-        while sent < total {
-            match crate::sys::send_nosignal(self.stream.as_raw_fd(), slices) {
-                Ok(n) => {
-                    sent += n;
-                    IoSlice::advance_slices(&mut slices, n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    self.dead.store(true, Ordering::Release);
-                    return Err(Error::PeerLost);
-                }
-            }
-        }
+        let sent = self.write_now(&mut slices, total)?;
         if sent < total {
             let mut v = self.pool.take(total - sent);
             slices.iter().for_each(|s| v.extend_from_slice(s));
@@ -388,6 +375,27 @@ impl Conn {
             self.watch_out(&mut tx, true);
         }
         Ok(())
+    }
+
+    /// Write `slices` (`total` bytes) while the socket takes them; returns
+    /// how many went (less than `total` once it would block).  A socket
+    /// error marks the connection dead (send_nosignal retries EINTR).
+    fn write_now(&self, slices: &mut &mut [IoSlice<'_>], total: usize) -> Result<usize> {
+        let mut sent = 0usize;
+        while sent < total {
+            match crate::sys::send_nosignal(self.stream.as_raw_fd(), slices) {
+                Ok(n) => {
+                    sent += n;
+                    IoSlice::advance_slices(slices, n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    self.dead.store(true, Ordering::Release);
+                    return Err(Error::PeerLost);
+                }
+            }
+        }
+        Ok(sent)
     }
 
     /// Send a small control frame (a read request) ahead of queued frames:
@@ -439,22 +447,9 @@ impl Conn {
         let mut slices = [IoSlice::new(&head), IoSlice::new(whole.bytes())];
         let mut slices: &mut [IoSlice] = &mut slices[..if len > 0 { 2 } else { 1 }];
         let total = FRAME_HEADER + len;
-        let mut sent = 0usize;
-        while sent < total {
-            match crate::sys::send_nosignal(self.stream.as_raw_fd(), slices) {
-                Ok(n) => {
-                    sent += n;
-                    IoSlice::advance_slices(&mut slices, n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.dead.store(true, Ordering::Release);
-                    return Err(Error::PeerLost);
-                }
-            }
-        }
+        let sent = self.write_now(&mut slices, total);
         drop(whole);
+        let sent = sent?;
         if sent < total {
             if sent < FRAME_HEADER {
                 tx.queue.push_back(Item { q: Queued::Owned(head[sent..].to_vec()), starts_frame: sent == 0 });
