@@ -31,9 +31,9 @@
 //!
 //! All atomics of the double buffer are here:
 //! - SYNC POINT B1: the sender's copy into a slot (and the slot's FULL
-//!   mark) precede the queue's Release store of the BULK record's stamp
-//!   (record.rs R1), and the receiver reads the slot only after its Acquire
-//!   load of that stamp.
+//!   mark) precede the queue's Release store of the BULK record's header
+//!   word (record.rs R1), and the receiver reads the slot only after its
+//!   Acquire load of that word.
 //! - SYNC POINT B2: the receiver is done reading a slot, then stores FREE
 //!   (Release); the sender loads FREE (Acquire) before writing the slot
 //!   again.  The receiver frees the slot before it stores the queue's

@@ -23,8 +23,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DBCTRL\0\0");
 /// 2: WindowSlot::notified.  3: unlink_after, mapped_by.  4: inbound
-/// queues (queue_bytes) instead of a ring bitmap per window.
-pub const CONTROL_VERSION: u32 = 4;
+/// queues (queue_bytes) instead of a ring bitmap per window.  5: 8-byte
+/// record headers (record.rs).
+pub const CONTROL_VERSION: u32 = 5;
 /// `unlink_after` of an owner that does not know its peers: the name stays
 /// until it closes.
 const UNLINK_AT_CLOSE: u32 = u32::MAX;

@@ -15,9 +15,9 @@
 //! ```
 //!
 //! Under the producer lock the queue *is* a single-producer ring (record.rs):
-//! the same records, the same stamp protocol (SYNC POINTS R1, R2: the
-//! stamp is the publish, "zero the next stamp word, then stamp" keeps stale
-//! bytes from passing for a record), the same hot-start rewind as the
+//! the same records, the same publish protocol (SYNC POINTS R1, R2: the
+//! header word is the publish, "zero the next header word, then publish"
+//! keeps stale bytes from passing for a record), the same hot-start rewind as the
 //! per-pair rings it replaced.  Only the producer's state (`tail`,
 //! `next_rewind_check`) lives in the header instead of in one process, and
 //! each record carries its sender task, so
@@ -34,9 +34,9 @@
 //!   interleave.  (No deadlock: the consumer needs no lock to drain.)
 //! - A holder that died is found after repeated failures with the same
 //!   holder (`kill(pid, 0)` says ESRCH) and its lock taken over by CAS
-//!   (dead pid -> mine).  Each record is stamped before `tail` moves past
-//!   it, so a dead holder left at most one stamped record beyond `tail`:
-//!   the new holder steps over it (its stamp matches its position; any
+//!   (dead pid -> mine).  Each record is published before `tail` moves
+//!   past it, so a dead holder left at most one published record beyond
+//!   `tail`: the new holder steps over it (its stamp matches its position; any
 //!   other bytes there are an unfinished record, overwritten).  A message
 //!   whose FIRST chunks went in before its sender died is dropped by the
 //!   consumer when another sender's record follows.
@@ -53,7 +53,9 @@
 use crate::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK_REF_BYTES};
 use crate::config::MAX_TASKS;
 use crate::error::{Error, Result};
-use crate::record::{align16, stamp_at, stamp_for, Gather, Record, BULK, FIRST, HOT_BYTES, LAST, MIN_CHUNK, PAD, REC, SPARE_MAX};
+use crate::record::{
+    align16, word_at, Gather, Record, ALIGN, BULK, FIRST, HOT_BYTES, LAST, LEN_MAX, MIN_CHUNK, PAD, REC, SPARE_MAX, TOTAL_BYTES,
+};
 use crate::shm::{Segment, ShmSafe};
 use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -162,12 +164,12 @@ impl QueueRef {
         pos & (self.cap - 1)
     }
 
-    /// The stamp word of the record at position `pos`.
-    fn stamp(&self, pos: u64) -> &AtomicU32 {
+    /// The header word of the record at position `pos` (record.rs).
+    fn word(&self, pos: u64) -> &AtomicU64 {
         // SAFETY: offset(pos) is 16-aligned whenever pos is (callers keep
         // positions 16-aligned), cap >= 4096 leaves a header's room, and
         // the data area is inside the mapping (new()).
-        unsafe { stamp_at(self.data(), self.offset(pos)) }
+        unsafe { word_at(self.data(), self.offset(pos)) }
     }
 
     /// The pid sender `task` stored (0: none yet).
@@ -282,15 +284,13 @@ impl QueueProducer {
         self.held = true;
         self.busy = false;
         let mut tail = h.tail.load(Ordering::Relaxed);
-        if !tail.is_multiple_of(REC) {
+        if !tail.is_multiple_of(ALIGN) {
             self.unlock();
             return Err(Error::Shm);
         }
-        if taken_over && self.q.stamp(tail).load(Ordering::Acquire) == stamp_for(tail) {
+        let left = if taken_over { Record::from_word(self.q.word(tail).load(Ordering::Acquire), tail) } else { None };
+        if let Some(rec) = left {
             let pos = self.q.offset(tail);
-            // SAFETY: pos is 16-aligned and pos + REC <= cap; read_volatile
-            // as the bytes are shared.
-            let rec: Record = unsafe { std::ptr::read_volatile(self.q.data().add(pos as usize) as *const Record) };
             let size = rec.size_at(pos, self.cap());
             if pos + size > self.cap() {
                 self.unlock();
@@ -337,9 +337,10 @@ impl QueueProducer {
         }
     }
 
-    /// Bytes that may be written now; one header kept back (record.rs R1).
+    /// Bytes that may be written now; 16 kept back for the next header
+    /// word (record.rs R1).
     fn free(&mut self, need: u64) -> u64 {
-        let room = |head: u64, tail: u64, cap: u64| cap.saturating_sub(REC + tail.saturating_sub(head));
+        let room = |head: u64, tail: u64, cap: u64| cap.saturating_sub(ALIGN + tail.saturating_sub(head));
         if room(self.head_cache, self.tail, self.cap()) < need {
             // SYNC POINT R2 (producer side).
             self.head_cache = self.q.hdr().head.load(Ordering::Acquire);
@@ -347,28 +348,35 @@ impl QueueProducer {
         room(self.head_cache, self.tail, self.cap())
     }
 
-    /// SAFETY (caller): holds the lock; `pos + REC + len` (or the PAD to
-    /// the end) is within the data area and released by the consumer.
-    unsafe fn put(&mut self, mut rec: Record, msg: Option<(&Gather, u64)>) -> u64 {
+    /// Write a record: its payload is `total` as 8 bytes (a FIRST chunk's
+    /// prefix) if given, then `rec.len` (less the prefix) bytes of `msg`
+    /// from its offset.
+    /// SAFETY (caller): holds the lock; `size_at(pos)` bytes at `pos` (the
+    /// record, or the PAD to the end) and the 16 after them are within the
+    /// data area and released by the consumer.
+    unsafe fn put(&mut self, mut rec: Record, total: Option<u64>, msg: Option<(&Gather, u64)>) -> u64 {
         rec.src = self.me as u16;
         let cap = self.cap();
         let pos = self.q.offset(self.tail);
-        // SAFETY: the caller's contract; `at` is 16-aligned, and the
-        // consumer reads none of it before the stamp's Release below.
+        let pre = if total.is_some() { TOTAL_BYTES } else { 0 };
+        // SAFETY: the caller's contract; `at + REC` is 8-aligned, and the
+        // consumer reads none of it before the header's Release below.
         unsafe {
-            let at = self.q.data().add(pos as usize);
-            std::ptr::write(at as *mut Record, rec);
+            let at = self.q.data().add((pos + REC) as usize);
+            if let Some(t) = total {
+                std::ptr::write(at as *mut u64, t);
+            }
             if let Some((g, from)) = msg {
-                g.copy_to(at.add(REC as usize), from, rec.len as u64);
+                g.copy_to(at.add(pre as usize), from, rec.len as u64 - pre);
             }
         }
         let size = rec.size_at(pos, cap);
-        // The next record's stamp reads 0 until that record is stamped.
-        self.q.stamp(self.tail + size).store(0, Ordering::Relaxed);
+        // The next record's header word reads 0 until that record is put.
+        self.q.word(self.tail + size).store(0, Ordering::Relaxed);
         // SYNC POINT R1 (producer side): the record is complete.
-        self.q.stamp(self.tail).store(stamp_for(self.tail), Ordering::Release);
-        // Counted only after the stamp: a holder that dies in between
-        // leaves a stamped record at `tail`, which a takeover steps over.
+        self.q.word(self.tail).store(rec.word(self.tail), Ordering::Release);
+        // Counted only after the publish: a holder that dies in between
+        // leaves a published record at `tail`, which a takeover steps over.
         self.tail += size;
         self.q.hdr().tail.store(self.tail, Ordering::Relaxed);
         size
@@ -384,7 +392,7 @@ impl QueueProducer {
         // the default 512 KiB queue): counted in payload, not record, bytes.
         let bulk = *offset == 0 && align16(total) > cap / 4 && total <= self.bulk_max;
         if self.tail >= self.next_rewind_check {
-            self.rewind_if_empty(if bulk { REC + BULK_REF_BYTES as u64 } else { REC + align16(total - *offset) });
+            self.rewind_if_empty(if bulk { align16(REC + BULK_REF_BYTES as u64) } else { align16(REC + total - *offset) });
         }
         if bulk {
             if let Some(done) = self.write_bulk(tag, msg) {
@@ -398,37 +406,43 @@ impl QueueProducer {
             let remaining = total - *offset;
             let pos = self.q.offset(self.tail);
             let to_end = cap - pos;
-            let whole = REC + align16(remaining);
+            let whole = align16(REC + remaining);
+            let one_record = remaining <= LEN_MAX;
             let free = self.free(if whole <= to_end { whole } else { (to_end + whole).min(cap) });
             let first = if *offset == 0 { FIRST } else { 0 };
-            let rec = |len: u64, flags: u8| Record::new(len, total, tag, flags);
-            if whole <= to_end && whole <= free {
+            let rec = |len: u64, flags: u8| Record::new(len, tag, flags);
+            if one_record && whole <= to_end && whole <= free {
                 // SAFETY: in the data area and released (whole <= to_end, free).
-                unsafe { self.put(rec(remaining, first | LAST), Some((msg, *offset))) };
+                unsafe { self.put(rec(remaining, first | LAST), None, Some((msg, *offset))) };
                 *offset = total;
                 return true;
             }
-            if *offset == 0 && whole <= cap / 4 + REC {
+            if *offset == 0 && one_record && remaining <= cap / 4 {
                 if free >= to_end + whole {
                     // SAFETY: to_end <= free; a PAD header fits (16-aligned).
-                    unsafe { self.put(rec(0, PAD), None) };
+                    unsafe { self.put(rec(0, PAD), None, None) };
                     continue;
                 }
                 return false;
             }
             let room = free.min(to_end);
-            if room < REC + MIN_CHUNK {
-                if to_end < REC + MIN_CHUNK && free > to_end {
+            if room < ALIGN + MIN_CHUNK {
+                if to_end < ALIGN + MIN_CHUNK && free > to_end {
                     // SAFETY: as above.
-                    unsafe { self.put(rec(0, PAD), None) };
+                    unsafe { self.put(rec(0, PAD), None, None) };
                     continue;
                 }
                 return false;
             }
-            let chunk = remaining.min((room - REC) & !15).min(cap / 8);
+            // A FIRST chunk starts with the message's total (record.rs).
+            let pre = if first != 0 { TOTAL_BYTES } else { 0 };
+            let chunk = remaining.min((room - REC - pre) & !15).min(cap / 8).min((LEN_MAX - pre) & !15);
             let last = if *offset + chunk == total { LAST } else { 0 };
-            // SAFETY: REC + align16(chunk) <= room <= to_end and <= free.
-            unsafe { self.put(rec(chunk, first | last), Some((msg, *offset))) };
+            // Whole messages went above: what fits in one record does not
+            // come here, so a FIRST chunk is never also the LAST.
+            debug_assert!(first & last == 0);
+            // SAFETY: align16(REC + pre + chunk) <= room <= to_end and <= free.
+            unsafe { self.put(rec(pre + chunk, first | last), (pre > 0).then_some(total), Some((msg, *offset))) };
             *offset += chunk;
             if last != 0 {
                 return true;
@@ -444,9 +458,9 @@ impl QueueProducer {
         // SYNC POINT R2 (producer side).
         self.head_cache = self.q.hdr().head.load(Ordering::Acquire);
         let pos = self.q.offset(self.tail);
-        if self.head_cache == self.tail && pos >= HOT_BYTES && need + REC <= pos {
+        if self.head_cache == self.tail && pos >= HOT_BYTES && need + ALIGN <= pos {
             // SAFETY: the queue is empty and we hold the lock.
-            unsafe { self.put(Record::new(0, 0, 0, PAD), None) };
+            unsafe { self.put(Record::new(0, 0, PAD), None, None) };
         }
         self.next_rewind_check = self.tail + HOT_BYTES;
     }
@@ -457,7 +471,7 @@ impl QueueProducer {
     /// full or refused), send it in chunks.
     fn write_bulk(&mut self, tag: u8, msg: &Gather) -> Option<bool> {
         let total = msg.len();
-        let need = REC + BULK_REF_BYTES as u64;
+        let need = align16(REC + BULK_REF_BYTES as u64);
         let to_end = self.cap() - self.q.offset(self.tail);
         let pad = if to_end < need { to_end } else { 0 };
         if self.free(pad + need) < pad + need {
@@ -487,9 +501,9 @@ impl QueueProducer {
         // SAFETY: free >= pad + need was checked; positions are 16-aligned.
         unsafe {
             if pad > 0 {
-                self.put(Record::new(0, total, tag, PAD), None);
+                self.put(Record::new(0, tag, PAD), None, None);
             }
-            self.put(Record::new(BULK_REF_BYTES as u64, total, tag, FIRST | LAST | BULK), Some((&Gather::new(&parts), 0)));
+            self.put(Record::new(BULK_REF_BYTES as u64, tag, FIRST | LAST | BULK), None, Some((&Gather::new(&parts), 0)));
         }
         Some(true)
     }
@@ -548,7 +562,7 @@ pub struct QueueConsumer {
     head: u64,
     max_message: u64,
     /// (sender, tag, total, bytes so far) of a chunked message.
-    assembling: Option<(u32, u8, u32, Vec<u8>)>,
+    assembling: Option<(u32, u8, u64, Vec<u8>)>,
     spare: Vec<u8>,
     id: BulkId,
     /// Each sender's bulk generation in use.
@@ -560,7 +574,7 @@ impl QueueConsumer {
     /// `id.src` unused).  The queue starts where its header says it is.
     pub fn new(q: QueueRef, id: BulkId, max_message: u64) -> Result<QueueConsumer> {
         let head = q.hdr().head.load(Ordering::Acquire);
-        if !head.is_multiple_of(REC) {
+        if !head.is_multiple_of(ALIGN) {
             return Err(Error::Shm);
         }
         Ok(QueueConsumer { q, head, max_message, assembling: None, spare: Vec::new(), id, bulk: HashMap::new() })
@@ -578,7 +592,7 @@ impl QueueConsumer {
     /// Anything unread?  (SYNC POINT R1, consumer side; also the re-check
     /// after arming.)
     pub fn has_data(&self) -> bool {
-        self.q.stamp(self.head).load(Ordering::Acquire) != 0
+        self.q.word(self.head).load(Ordering::Acquire) != 0
     }
 
     /// Deliver up to `budget` complete messages as (sender, tag, bytes).
@@ -590,16 +604,13 @@ impl QueueConsumer {
         while n < budget {
             let pos = self.q.offset(self.head);
             // SYNC POINT R1 (consumer side).
-            match self.q.stamp(self.head).load(Ordering::Acquire) {
+            let rec = match self.q.word(self.head).load(Ordering::Acquire) {
                 0 => break,
-                s if s != stamp_for(self.head) => return Err(Error::Shm),
-                _ => {}
-            }
+                w => Record::from_word(w, self.head).ok_or(Error::Shm)?,
+            };
             // SAFETY: pos + REC <= cap (16-aligned, cap >= 4096), and R1
             // made the record visible.
             let at = unsafe { self.q.data().add(pos as usize) };
-            // SAFETY: as above; read_volatile because the bytes are shared.
-            let rec: Record = unsafe { std::ptr::read_volatile(at as *const Record) };
             let size = rec.size_at(pos, cap);
             let src = rec.src as u32;
             if pos + size > cap || src >= MAX_TASKS {
@@ -614,7 +625,7 @@ impl QueueConsumer {
                 // SAFETY: REC + len <= size and pos + size <= cap.
                 let payload = unsafe { std::slice::from_raw_parts(at.add(REC as usize), rec.len as usize) };
                 let r = BulkRef::from_bytes(payload).ok_or(Error::Shm)?;
-                if rec.flags != FIRST | LAST | BULK || self.assembling.is_some() || r.len != rec.total as u64 {
+                if rec.flags != FIRST | LAST | BULK || self.assembling.is_some() {
                     return Err(Error::Shm);
                 }
                 let bulk = self.bulk_generation(src, r.generation)?;
@@ -629,16 +640,21 @@ impl QueueConsumer {
                         deliver(src, rec.tag, payload);
                         n += 1;
                     }
-                    (FIRST, None) if (rec.total as u64) <= self.max_message => {
+                    (FIRST, None) if payload.len() >= TOTAL_BYTES as usize => {
+                        let (pre, data) = payload.split_at(TOTAL_BYTES as usize);
+                        let total = u64::from_ne_bytes(pre.try_into().expect("8 bytes"));
+                        if total > self.max_message {
+                            return Err(Error::Shm);
+                        }
                         let mut v = std::mem::take(&mut self.spare);
                         v.clear();
-                        v.reserve(rec.total as usize);
-                        v.extend_from_slice(payload);
-                        self.assembling = Some((src, rec.tag, rec.total, v));
+                        v.reserve(total as usize);
+                        v.extend_from_slice(data);
+                        self.assembling = Some((src, rec.tag, total, v));
                     }
                     (f, Some((s, tag, total, mut v))) if f == 0 || f == LAST => {
                         v.extend_from_slice(payload);
-                        if v.len() as u64 > total as u64 {
+                        if v.len() as u64 > total {
                             return Err(Error::Shm);
                         }
                         if f == LAST {
@@ -897,7 +913,7 @@ mod tests {
         assert!(send(&mut p, 1, b"two"));
         let h = f.q();
         let t = h.hdr().tail.load(Ordering::Relaxed);
-        h.hdr().tail.store(t - 32, Ordering::Relaxed);
+        h.hdr().tail.store(t - 16, Ordering::Relaxed);
         h.hdr().lock.store(dead_pid(), Ordering::Release);
         let mut q = f.producer(4, Live::new().pid(), 0);
         let mut tries = 0;
@@ -1074,6 +1090,36 @@ mod tests {
         .unwrap();
         assert_eq!(at, data + REC as usize, "delivered from the queue itself");
         assert!(p.bulk.is_none(), "no bulk buffer was made");
+    }
+
+    #[test]
+    fn an_eight_byte_mpi_message_takes_half_a_cache_line() {
+        // ob1's 16-byte match header and 8 bytes of data: with an 8-byte
+        // record header, 32 bytes, so records never straddle a line (with
+        // the old 16-byte header: 48, half of them split across two).
+        let f = fixture("half", 4096);
+        let mut p = f.producer(1, Live::new().pid(), 0);
+        let mut c = f.consumer();
+        for i in 0..6u8 {
+            assert!(send(&mut p, 1, &[i; 24]));
+            assert_eq!(p.tail(), 32 * (i as u64 + 1));
+        }
+        assert_eq!(drain(&mut c).len(), 6);
+    }
+
+    #[test]
+    fn messages_over_a_records_length_limit_go_in_chunks() {
+        // A queue so large that a 3 MiB message would fit whole: a record
+        // holds at most LEN_MAX bytes, so it goes as FIRST (with its total),
+        // middle and LAST chunks, and arrives whole.
+        let f = fixture("lenmax", 16 << 20);
+        let mut p = f.producer(1, Live::new().pid(), 0);
+        let mut c = f.consumer();
+        let m = pattern(5, 3 << 20);
+        assert!(send(&mut p, 7, &m));
+        let first = Record::from_word(f.q().word(0).load(Ordering::Acquire), 0).unwrap();
+        assert_eq!((first.flags, first.len as u64), (FIRST, ((LEN_MAX - TOTAL_BYTES) & !15) + TOTAL_BYTES));
+        assert_eq!(drain(&mut c), vec![(1, 7, m)]);
     }
 
     #[test]

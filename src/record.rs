@@ -3,23 +3,32 @@
 //!
 //! ```text
 //! data[capacity]   records, each 16-B aligned:
-//!                  Record { len, total, tag, flags, src, stamp } + payload (padded to 16)
+//!                  header word (8 B) + payload (record padded to 16)
+//! header word      bits 0-15 stamp, 16-31 src, 32-39 tag, 40-43 flags,
+//!                  44-63 len (payload bytes in this record)
 //! ```
 //!
 //! The producer's `tail` and the consumer's `head` are byte positions that
 //! only grow; `pos % capacity` is the offset in `data`.  A record never
 //! wraps: a PAD record fills the end.
 //!
-//! A record announces itself: its last header word, the *stamp*, is written
-//! last and is nonzero.  The consumer polls the stamp at `head` -- the very
-//! cache line the record is in -- so a small message costs the receiver one
-//! cache-line transfer, not two (a separate `tail` word, then the record).
-//! Stale bytes from an earlier lap never pass for a stamp: before the
-//! producer stamps a record it zeroes the stamp word where the next record
-//! will go, so at the consumer's `head` the word reads 0 until that record
-//! is stamped.  (One header's worth of ring stays free for that word.)
-//! A message that does not fit goes as a FIRST chunk, middle chunks, and a
-//! LAST chunk; a small message is kept whole so the receiver reads it in
+//! A record announces itself: its header is one 64-bit word, written last
+//! and never 0 (its low 16 bits, the *stamp*, are derived from the
+//! record's position and nonzero).  The consumer polls the word at `head`
+//! -- the very cache line the record is in -- so a small message costs the
+//! receiver one cache-line transfer, not two (a separate `tail` word, then
+//! the record).  The header is 8 bytes so that an 8-byte MPI message (ob1's
+//! 16-B match header + 8 B) fills exactly 32 bytes: two per cache line,
+//! never one split across two lines (with a 16-B header it took 48 bytes,
+//! and half of them had their payload in the line the sender was writing
+//! next: a second miss per message on the receiver).  Stale bytes from an
+//! earlier lap never pass for a header: before the producer publishes a
+//! record it zeroes the word where the next record will go, so at the
+//! consumer's `head` the word reads 0 until that record is published.
+//! (16 bytes of ring stay free for that word.)
+//! A message that does not fit goes as a FIRST chunk (whose payload starts
+//! with the message's total length, 8 bytes), middle chunks, and a LAST
+//! chunk; a small message is kept whole so the receiver reads it in
 //! place.  A message too large to sit whole (over a quarter ring) and at
 //! most `bulk_max` goes through its sender's bulk double buffer instead
 //! (bulk.rs): the ring carries a BULK record naming the slot.
@@ -33,18 +42,25 @@
 //! an 8-byte MPI latency in short runs).  The writer looks at `head` for
 //! this once per HOT_BYTES written, not per message.  The ring's atomics:
 //!
-//! - SYNC POINT R1: producer writes record + payload and zeroes the next
-//!   stamp word, then stores the record's stamp (Release); consumer loads the
-//!   stamp at `head` (Acquire), then reads the record.  The bell (bell.rs)
-//!   treats the stamp store as the publish and the stamp load as the
-//!   re-check.
+//! - SYNC POINT R1: producer writes the payload and zeroes the next header
+//!   word, then stores the record's header word (Release); consumer loads
+//!   the header word at `head` (Acquire), then reads the payload.  The bell
+//!   (bell.rs) treats the header store as the publish and the header load
+//!   as the re-check.
 //! - SYNC POINT R2: consumer is done reading, then `head` (Release); producer
 //!   loads `head` (Acquire) before reusing those bytes.
 //! - The backpressure wake-up is queue.rs's SYNC POINT Q2.
 
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::AtomicU64;
 
-pub(crate) const REC: u64 = 16;
+/// Header bytes of a record.
+pub(crate) const REC: u64 = 8;
+/// Records start at multiples of this.
+pub(crate) const ALIGN: u64 = 16;
+/// Most payload bytes one record holds (the header's 20-bit `len`).
+pub(crate) const LEN_MAX: u64 = (1 << 20) - 1;
+/// The total-length prefix of a FIRST chunk's payload.
+pub(crate) const TOTAL_BYTES: u64 = 8;
 /// Largest reassembly buffer a consumer keeps for the next message.
 pub(crate) const SPARE_MAX: usize = 16 << 20;
 /// The part of the ring a trickle of small messages cycles through.
@@ -58,24 +74,40 @@ pub(crate) const PAD: u8 = 4;
 /// FIRST | LAST | BULK: the payload is a BulkRef, the message is in a slot.
 pub(crate) const BULK: u8 = 8;
 
-/// A record header's first 12 bytes; its stamp, an AtomicU32, follows.
-#[repr(C)]
-#[derive(Clone, Copy)]
+/// A record header, unpacked from its word.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Record {
     /// Payload bytes in this record.
     pub(crate) len: u32,
-    /// Whole message length (FIRST records).
-    pub(crate) total: u32,
     pub(crate) tag: u8,
     pub(crate) flags: u8,
-    /// The sending task (queue.rs, where many senders share one queue;
-    /// 0 in a ring, which has one sender).  MAX_TASKS fits in 16 bits.
+    /// The sending task (queue.rs, where many senders share one queue).
+    /// MAX_TASKS fits in 16 bits.
     pub(crate) src: u16,
 }
 
 impl Record {
-    pub(crate) fn new(len: u64, total: u64, tag: u8, flags: u8) -> Record {
-        Record { len: len as u32, total: total as u32, tag, flags, src: 0 }
+    pub(crate) fn new(len: u64, tag: u8, flags: u8) -> Record {
+        debug_assert!(len <= LEN_MAX && flags < 16);
+        Record { len: len as u32, tag, flags, src: 0 }
+    }
+
+    /// The header word of this record at position `pos`: never 0.
+    pub(crate) fn word(&self, pos: u64) -> u64 {
+        stamp_for(pos) as u64
+            | (self.src as u64) << 16
+            | (self.tag as u64) << 32
+            | ((self.flags & 15) as u64) << 40
+            | (self.len as u64 & LEN_MAX) << 44
+    }
+
+    /// The record whose header word at `pos` is `w`; None if `w` is not
+    /// a header written for `pos` (corrupt shared state).
+    pub(crate) fn from_word(w: u64, pos: u64) -> Option<Record> {
+        if w as u16 != stamp_for(pos) {
+            return None;
+        }
+        Some(Record { src: (w >> 16) as u16, tag: (w >> 32) as u8, flags: (w >> 40) as u8 & 15, len: (w >> 44) as u32 })
     }
 
     /// Bytes the record takes in the data area at offset `pos` of a `cap`-byte ring.
@@ -83,30 +115,28 @@ impl Record {
         if self.flags & PAD != 0 {
             cap - pos
         } else {
-            REC + align16(self.len as u64)
+            align16(REC + self.len as u64)
         }
     }
 }
 
 const _: () = assert!(crate::config::MAX_TASKS <= 1 << 16);
+const _: () = assert!(ALIGN.is_power_of_two() && REC + TOTAL_BYTES == ALIGN);
 
-pub(crate) const STAMP_AT: u64 = 12;
-
-/// The stamp of a record at position `pos`: never 0 (0 is "not yet").
-pub(crate) fn stamp_for(pos: u64) -> u32 {
-    (pos >> 4) as u32 | 1 << 31
+/// The stamp of a record at position `pos` (16-aligned): never 0.
+pub(crate) fn stamp_for(pos: u64) -> u16 {
+    (pos >> 3) as u16 | 1
 }
 
-/// The stamp word of the record at data offset `off`.
+/// The header word of the record at data offset `off`.
 /// SAFETY (caller): `data + off + REC` is inside the mapping, `off` 16-aligned.
-pub(crate) unsafe fn stamp_at<'a>(data: *mut u8, off: u64) -> &'a AtomicU32 {
-    // SAFETY: in the mapping and 4-aligned (off is 16-aligned, STAMP_AT 12)
-    // by the caller's contract; the stamp word is only ever accessed as an
-    // AtomicU32 (from both processes), and the mapping outlives the ring.
-    unsafe { &*(data.add((off + STAMP_AT) as usize) as *const AtomicU32) }
+pub(crate) unsafe fn word_at<'a>(data: *mut u8, off: u64) -> &'a AtomicU64 {
+    // SAFETY: in the mapping and 8-aligned (the data area is 64-aligned,
+    // off 16-aligned) by the caller's contract; the header word is only
+    // ever accessed as an AtomicU64 (from both processes), and the mapping
+    // outlives the ring.
+    unsafe { &*(data.add(off as usize) as *const AtomicU64) }
 }
-
-const _: () = assert!(std::mem::size_of::<Record>() as u64 == STAMP_AT && STAMP_AT + 4 == REC);
 
 pub(crate) fn align16(n: u64) -> u64 {
     (n + 15) & !15
