@@ -230,30 +230,30 @@ static void find_help_file(void)
 /* ------------------------------------------------------------------ */
 /* parameters                                                          */
 
+/* The typed wrappers keep each parameter's storage type checked. */
+static int reg_var(const char *name, const char *help, mca_base_var_type_t type, void *storage,
+                   mca_base_var_info_lvl_t lvl)
+{
+    return mca_base_component_var_register(&mca_btl_doorbell_component.super.btl_version, name,
+                                           help, type, NULL, 0, MCA_BASE_VAR_FLAG_SETTABLE, lvl,
+                                           MCA_BASE_VAR_SCOPE_READONLY, storage);
+}
+
 static int reg_uint(const char *name, const char *help, unsigned int *storage,
                     mca_base_var_info_lvl_t lvl)
 {
-    return mca_base_component_var_register(&mca_btl_doorbell_component.super.btl_version, name,
-                                           help, MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0,
-                                           MCA_BASE_VAR_FLAG_SETTABLE, lvl,
-                                           MCA_BASE_VAR_SCOPE_READONLY, storage);
+    return reg_var(name, help, MCA_BASE_VAR_TYPE_UNSIGNED_INT, storage, lvl);
 }
 
 static int reg_size(const char *name, const char *help, size_t *storage,
                     mca_base_var_info_lvl_t lvl)
 {
-    return mca_base_component_var_register(&mca_btl_doorbell_component.super.btl_version, name,
-                                           help, MCA_BASE_VAR_TYPE_SIZE_T, NULL, 0,
-                                           MCA_BASE_VAR_FLAG_SETTABLE, lvl,
-                                           MCA_BASE_VAR_SCOPE_READONLY, storage);
+    return reg_var(name, help, MCA_BASE_VAR_TYPE_SIZE_T, storage, lvl);
 }
 
 static int reg_int(const char *name, const char *help, int *storage, mca_base_var_info_lvl_t lvl)
 {
-    return mca_base_component_var_register(&mca_btl_doorbell_component.super.btl_version, name,
-                                           help, MCA_BASE_VAR_TYPE_INT, NULL, 0,
-                                           MCA_BASE_VAR_FLAG_SETTABLE, lvl,
-                                           MCA_BASE_VAR_SCOPE_READONLY, storage);
+    return reg_var(name, help, MCA_BASE_VAR_TYPE_INT, storage, lvl);
 }
 
 static void note_param_error(int rc, const char *name)

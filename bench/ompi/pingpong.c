@@ -119,13 +119,20 @@ static double latency(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf)
     return t / (double)iters / 2.0 * 1e6;
 }
 
+/* A stream's shape at `size`: messages in flight per round, and rounds
+ * (at most 32k messages: tcp streams tiny messages slowly). */
+static void stream_shape(size_t size, size_t *window, size_t *iters)
+{
+    *window = clamp(BW_INFLIGHT / size, 1, BW_MAX_WINDOW);
+    *iters = clamp(((size_t)256 << 20) / (size * *window), 5, 500);
+    if (quick)
+        *iters = clamp(*iters / 10, 3, *iters);
+}
+
 static double bandwidth(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf)
 {
-    size_t window = clamp(BW_INFLIGHT / size, 1, BW_MAX_WINDOW);
-    /* At most 32k messages: tcp streams tiny messages slowly. */
-    size_t iters = clamp(((size_t)256 << 20) / (size * window), 5, 500);
-    if (quick)
-        iters = clamp(iters / 10, 3, iters);
+    size_t window, iters;
+    stream_shape(size, &window, &iters);
     size_t warm = 2;
     int peer = 1 - rank;
     MPI_Request req[BW_MAX_WINDOW];
@@ -170,10 +177,8 @@ static double bandwidth(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf)
  * of them; both directions' bytes count. */
 static double bibandwidth(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf)
 {
-    size_t window = clamp(BW_INFLIGHT / size, 1, BW_MAX_WINDOW);
-    size_t iters = clamp(((size_t)256 << 20) / (size * window), 5, 500);
-    if (quick)
-        iters = clamp(iters / 10, 3, iters);
+    size_t window, iters;
+    stream_shape(size, &window, &iters);
     size_t warm = 2;
     int peer = 1 - rank;
     MPI_Request req[2 * BW_MAX_WINDOW];
