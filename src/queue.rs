@@ -54,7 +54,7 @@ use crate::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK_REF_
 use crate::config::MAX_TASKS;
 use crate::error::{Error, Result};
 use crate::record::{
-    align16, word_at, Gather, Record, ALIGN, BULK, FIRST, HOT_BYTES, LAST, LEN_MAX, MIN_CHUNK, PAD, REC, SPARE_MAX, TOTAL_BYTES,
+    align16, has_prefetchw, prefetch_for_write, word_at, Gather, Record, ALIGN, BULK, FIRST, HOT_BYTES, LAST, LEN_MAX, MIN_CHUNK, PAD, REC, SPARE_MAX, TOTAL_BYTES,
 };
 use crate::shm::{Segment, ShmSafe};
 use std::collections::HashMap;
@@ -214,6 +214,7 @@ pub struct QueueProducer {
     bulk: Option<BulkProducer>,
     retired: Vec<BulkProducer>,
     bulk_failed: bool,
+    prefetch: bool,
 }
 
 impl QueueProducer {
@@ -241,6 +242,7 @@ impl QueueProducer {
             bulk: None,
             retired: Vec::new(),
             bulk_failed: false,
+            prefetch: has_prefetchw(),
         })
     }
 
@@ -375,6 +377,10 @@ impl QueueProducer {
         self.q.word(self.tail + size).store(0, Ordering::Relaxed);
         // SYNC POINT R1 (producer side): the record is complete.
         self.q.word(self.tail).store(rec.word(self.tail), Ordering::Release);
+        if self.prefetch {
+            // SAFETY: offset() keeps the address inside the data area.
+            prefetch_for_write(unsafe { self.q.data().add(self.q.offset(self.tail + size + 64) as usize) });
+        }
         // Counted only after the publish: a holder that dies in between
         // leaves a published record at `tail`, which a takeover steps over.
         self.tail += size;

