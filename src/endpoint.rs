@@ -23,7 +23,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddrV4, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Tokens of the FLIH's epoll set: 0 shutdown, 1 listener, 2 the connection
@@ -222,6 +222,10 @@ impl Endpoint {
         for p in i.peer_list() {
             c.shm_sent += p.shm_sent.get();
             c.notifies_skipped += p.notifies_skipped.get();
+            for w in p.writers.iter().filter_map(OnceLock::get) {
+                c.shm_sent += w.sent.get();
+                c.notifies_skipped += w.skipped.get();
+            }
         }
         for w in &i.windows {
             c.shm_received += w.shm_received.get();

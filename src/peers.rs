@@ -9,6 +9,7 @@ use crate::counters::{bump, GuardedCount};
 use crate::endpoint::{Inner, Woke, PID_BIT};
 use crate::error::{Error, Result};
 use crate::path::shm::PeerTx;
+use crate::queue::QueueWriter;
 use crate::sync::lock;
 use crate::sys;
 use crate::tcp::Conn;
@@ -29,6 +30,10 @@ pub(crate) struct Peer {
     /// segment's `mapped_by` (control.rs), so it is mapped once.
     pub(crate) control_opening: Mutex<()>,
     pub(crate) tx: Mutex<PeerTx>,
+    /// The shared part of each window's producer in `tx`, set when that
+    /// producer is made: a whole small message to a peer with nothing
+    /// queued goes in under the queue lock alone (path/shm.rs).
+    pub(crate) writers: [OnceLock<Arc<QueueWriter>>; MAX_WINDOWS as usize],
     /// The connection we send on (remote peers).
     pub(crate) conn: Mutex<Option<Arc<Conn>>>,
     pub(crate) lost: AtomicBool,
@@ -57,6 +62,7 @@ impl Inner {
             control: OnceLock::new(),
             control_opening: Mutex::new(()),
             tx: Mutex::new(PeerTx { queues: (0..MAX_WINDOWS).map(|_| None).collect(), ..Default::default() }),
+            writers: Default::default(),
             conn: Mutex::new(None),
             lost: AtomicBool::new(false),
             gone: AtomicBool::new(false),

@@ -159,11 +159,11 @@ pub(crate) fn has_prefetchw() -> bool {
 }
 
 /// Ask for the cache line at `p` in exclusive state, ahead of a write.
-/// The producer does this for the line after the record it just wrote:
-/// while the consumer reads that record, the next line's transfer is
-/// under way, and the next record's stores (and the bell's fence after
-/// them) need not wait for it.  8-byte messages, window of 64: 7.8 -> 9.2
-/// M msg/s.  Only call it where `has_prefetchw()` said yes.
+/// The producer does this for the lines after the record it just wrote
+/// (queue.rs): while the consumer reads that record, the next lines'
+/// transfers are under way, and the next record's stores (and the bell's
+/// fence after them, which waits for every one) need not wait for them.
+/// Only call it where `has_prefetchw()` said yes.
 #[inline(always)]
 pub(crate) fn prefetch_for_write(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
