@@ -275,7 +275,10 @@ void mca_btl_doorbell_idle_note_pass(mca_btl_doorbell_module_t *m, int events)
          * spin was caught sooner than a sleep would have: a 1 MiB
          * ping-pong, ~90 us per RGET copy, ran 2.5x slower while those
          * waits counted as vain and slept. */
-        if (m->spin_ns > 0) {
+        if (m->spin_ns > 0 && !ompi_wants_yield()) {
+            /* (oversubscribed, spinning always goes on -- spin_vain --
+             * so there is nothing to learn, and no clock to read at the
+             * end of every wait) */
             uint64_t pays = PATH_TCP == m->spin_path ? SPIN_PAYS_NS : m->spin_ns;
             if (mca_btl_doorbell_now_ns() - m->idle_since_ns <= pays) {
                 spin_paid(m);

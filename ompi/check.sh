@@ -55,6 +55,20 @@ if run build make -C "$TOP/ompi" CORE_LIB="$CORE_LIB" clean all && \
     else
         fail "core linked statically (doorbell_endpoint_create not inside the .so)"
     fi
+    # The wrappers of blocking MPI calls (btl_doorbell_blocking.c) read and
+    # write thread-locals on every such call, and the idle point on every
+    # idle pass: through TLS descriptors (static TLS), not a call to
+    # __tls_get_addr each time (3% of an oversubscribed rank's cycles).
+    tls_fns="$(objdump -d --no-show-raw-insn "$so" |
+        awk '/^[0-9a-f]+ <(wrap_P?MPI_[A-Za-z_]+|mca_btl_doorbell_blocking_state)>:/,/^$/')"
+    nfns=$(grep -cE '^[0-9a-f]+ <' <<<"$tls_fns" || true)
+    ncalls=$(grep -cE 'call.*__tls_get_addr' <<<"$tls_fns" || true)
+    nfs=$(grep -c '%fs:' <<<"$tls_fns" || true)
+    if [ "$nfns" -gt 100 ] && [ "$nfs" -gt 0 ] && [ "$ncalls" -eq 0 ]; then
+        pass "blocking-call wrappers reach their thread-locals without __tls_get_addr ($nfns functions, $nfs %fs accesses)"
+    else
+        fail "blocking-call wrappers reach their thread-locals without __tls_get_addr ($nfns functions, $ncalls calls, $nfs %fs accesses)"
+    fi
 else
     echo "$passed passed, $((failed + 1)) failed"
     exit 1
@@ -128,6 +142,20 @@ run exchange_preload env LD_PRELOAD="$TOP/target/release/libdoorbell.so" OMPI_MC
 grep_in exchange_preload "btl doorbell: rank 1 peer 0 path=shm" "LD_PRELOAD selects doorbell without --mca flags"
 
 # ---- sleeping ---------------------------------------------------------------
+# Oversubscribed (Open MPI sets mpi_yield_when_idle; forced here so the check
+# does not depend on the core count), a waiting rank spins, yielding, for its
+# whole budget whatever happened before: nothing to learn, so a wait that
+# ends while it spins is not classified (that read the clock at the end of
+# every wait).  Waits that end in a sleep still count as spins_vain.
+run learn_oversubscribed "${MPIRUN[@]}" -np 4 --mca mpi_yield_when_idle 1 --mca btl self,doorbell \
+    --mca btl_doorbell_verbose 1 "$WORK/btl_probe" exchange || true
+paid=$(grep -Eo 'adaptive spin on shm: spins_paid=[0-9]+' "$WORK/learn_oversubscribed.out" |
+    awk -F= '{s += $2; n++} END {print (n == 4 ? s : "missing")}')
+if [ "$paid" = 0 ]; then
+    pass "oversubscribed: waits are not classified (spins_paid=0 on all 4 ranks)"
+else
+    fail "oversubscribed: waits are not classified (spins_paid total: $paid)"
+fi
 # A rank blocked 2 s in MPI_Recv must sleep (vader or tcp: ~100% CPU).
 run idle_recv "${MPIRUN[@]}" -np 2 --mca btl self,doorbell --mca btl_doorbell_verbose 1 \
     "$WORK/btl_probe" recv 2 || true

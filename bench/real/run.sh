@@ -10,6 +10,10 @@
 #   tcp           --mca btl self,tcp --mca btl_tcp_if_include lo
 #   doorbell_tcp  --mca btl self,doorbell --mca btl_doorbell_force_tcp 1
 #                 --mca btl_doorbell_if_include lo
+#   doorbell_base doorbell as built from another commit, for an A/B in one
+#                 run: DOORBELL_BASE names the directory holding that build's
+#                 component (make -C ompi install INSTALLDIR=DIR in a checkout
+#                 of it); Open MPI loads it instead of the installed one
 # always with --mca pml ob1.  Each run has a time limit (TIMEOUT); a run that
 # hits it is recorded as taking the limit and flagged, so a stall shows as a
 # number instead of hanging the script.  report.py then prints medians,
@@ -26,7 +30,8 @@
 # Environment:
 #   QUICK=1       smoke run: 1 round, a tenth of the iterations (~2-3 min)
 #   ROUNDS=n      rounds (default 3; QUICK 1)
-#   CONFIGS       subset/order of the configurations (default all four)
+#   CONFIGS       subset/order of the configurations (default the first four)
+#   DOORBELL_BASE component directory of the doorbell_base configuration
 #   PROGRAMS      subset of the programs (names as in the table: rma
 #                 rma_pt2pt nbc coll bidir probe sendmodes testcompute
 #                 threads mpi4py)
@@ -62,6 +67,11 @@ declare -A mca=(
     [tcp]="--mca btl self,tcp --mca btl_tcp_if_include lo"
     [doorbell_tcp]="--mca btl self,doorbell --mca btl_doorbell_force_tcp 1 --mca btl_doorbell_if_include lo"
 )
+if [ -n "${DOORBELL_BASE:-}" ]; then
+    [ -f "$DOORBELL_BASE/mca_btl_doorbell.so" ] || { echo "run.sh: no mca_btl_doorbell.so in DOORBELL_BASE=$DOORBELL_BASE" >&2; exit 2; }
+    # replacing the search path drops the default: keep Open MPI's own directory
+    mca[doorbell_base]="--mca btl self,doorbell --mca mca_base_component_path $(ompi_info --path pkglibdir --parsable | cut -d: -f3-):$DOORBELL_BASE"
+fi
 read -r -a configs <<<"${CONFIGS:-vader doorbell tcp doorbell_tcp}"
 
 # Programs: binary, extra mpirun arguments, rank counts, and the iteration
@@ -85,6 +95,7 @@ all_programs="rma rma_pt2pt nbc coll bidir probe sendmodes testcompute threads m
 read -r -a programs <<<"${PROGRAMS:-$all_programs}"
 
 for c in "${configs[@]}"; do
+    [ "$c" != doorbell_base ] || [ -n "${DOORBELL_BASE:-}" ] || { echo "run.sh: doorbell_base needs DOORBELL_BASE" >&2; exit 2; }
     [ -n "${mca[$c]+set}" ] || { echo "run.sh: unknown configuration '$c' (known: ${!mca[*]})" >&2; exit 2; }
 done
 for p in "${programs[@]}"; do
