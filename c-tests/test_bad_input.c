@@ -326,6 +326,10 @@ static void bad_configs(void) {
   doorbell_config c;
   doorbell_endpoint *ep = NULL;
   dbt_check_rc(doorbell_config_init(NULL), DOORBELL_ERR_INVALID_ARGUMENT, "config_init(NULL)");
+  dbt_check_rc(doorbell_batch_end(), DOORBELL_ERR_INVALID_ARGUMENT, "batch_end with no batch open");
+  dbt_check_rc(doorbell_batch_begin(), DOORBELL_OK, "batch_begin");
+  dbt_check_rc(doorbell_batch_end(), DOORBELL_OK, "batch_end of the open batch");
+  dbt_check_rc(doorbell_batch_end(), DOORBELL_ERR_INVALID_ARGUMENT, "a second batch_end");
   dbt_check_rc(doorbell_config_init(&c), DOORBELL_OK, "config_init");
   dbt_check(c.task == 0 && c.node_id == 0 && c.job && !strcmp(c.job, "doorbell"),
             "config_init defaults: task 0, node_id 0, job \"doorbell\"");

@@ -28,6 +28,7 @@
 #                   alltoall_wide (alltoall_nb at NP_WIDE ranks, oversubscribed:
 #                   every pair on shm, every byte checked; base variant only)
 #                   rust netpipe mpi4py stranger (doorbell, single node only)
+#                   tcp_protocols (doorbell: ob1 protocols over force_tcp, np=2)
 #                   kill_ranks (doorbell on one node only: it judges that
 #                   node's shm directory)
 #   OUT             build and log directory                  (<repo>/target/mpi-tests)
@@ -56,7 +57,7 @@ NP_WIDE=${NP_WIDE:-64}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 SHM_GLOB=${SHM_GLOB:-/dev/shm/doorbell*}
 SHM_STRICT=${SHM_STRICT:-1}
-TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point alltoall_wide rust netpipe mpi4py stranger kill_ranks}
+TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point alltoall_wide rust netpipe mpi4py stranger kill_ranks tcp_protocols}
 OUT=${OUT:-$ROOT/target/mpi-tests}
 BIN=$OUT/bin
 LOGS=$OUT/logs
@@ -227,6 +228,7 @@ BUILD=("${C_PROGRAMS[@]}")
 KILL_RANKS=0
 if wanted kill_ranks && is_doorbell "$BTL" && [[ -z $MPIRUN_HOSTS ]]; then KILL_RANKS=1; fi
 if [[ $KILL_RANKS == 1 ]]; then BUILD+=(kill_ranks); fi
+if is_doorbell "$BTL"; then BUILD+=(tcp_protocols); fi
 for p in "${BUILD[@]}"; do
     # alltoall_wide runs the alltoall_nb program
     wanted "$p" || { [[ $p == alltoall_nb ]] && wanted alltoall_wide; } || continue
@@ -400,6 +402,31 @@ if wanted mpi4py; then
     for variant in "${VARIANTS[@]}"; do
         run_mpi "mpi4py objects+numpy np=2 $(tag_of "$BTL" "$variant")" 2 "$BTL" "$variant" \
             "^mpi4py_check: OK" "$PY" "$HERE/mpi4py_check.py" || true
+    done
+fi
+
+# ---- ob1's protocols over the TCP module, both ways at once (issue 9) ----
+# Eager, rendezvous with fragments and RGET sizes, data checked.  With the
+# default limits messages from 128 KiB on go by RGET (reads counted); with
+# min_rget_size 8 MiB none does, and messages beyond max_send_size must go by
+# rendezvous fragments (before the module set btl_min_rdma_pipeline_size the
+# receiver asked for a btl_put the module lacks: a segfault).
+if wanted tcp_protocols && is_doorbell "$BTL" && [[ -x $BIN/tcp_protocols ]]; then
+    for rget in default 8388608; do
+        rargs=()
+        # one node: TCP on loopback (across nodes the ranks' own interfaces)
+        [[ -z $MPIRUN_HOSTS ]] && rargs+=(--mca btl_doorbell_if_include lo)
+        [[ $rget != default ]] && rargs+=(--mca btl_doorbell_tcp_min_rget_size "$rget")
+        label="tcp_protocols np=2 $(tag_of "$BTL" force_tcp) min_rget_size $rget"
+        if run_mpi "$label" 2 "$BTL" force_tcp "^tcp_protocols: OK" "${rargs[@]}" "$BIN/tcp_protocols"; then
+            reads=$(grep -Eo 'tcp_reads=[0-9]+' "$RUN_LOG" | awk -F= '{s += $2} END {print s + 0}')
+            # 2 ranks x 16 messages x 4 rounds of each of the 4 sizes >= 128 KiB
+            if [[ $rget == default && $reads == 512 ]] || [[ $rget != default && $reads == 0 ]]; then
+                pass "$label: RGET for exactly the messages >= min_rget_size" "tcp_reads=$reads"
+            else
+                fail "$label: RGET for exactly the messages >= min_rget_size" "tcp_reads=$reads" "$RUN_LOG"
+            fi
+        fi
     done
 fi
 

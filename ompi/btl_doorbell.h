@@ -52,6 +52,7 @@ typedef struct mca_btl_doorbell_component_t {
     size_t tcp_eager_limit;
     size_t tcp_rndv_eager_limit;
     size_t tcp_max_send_size;
+    size_t tcp_min_rget_size;   /* smaller messages to TCP peers skip RGET */
     int verbose;
     int free_list_num;
     int free_list_max;

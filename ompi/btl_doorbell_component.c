@@ -428,6 +428,13 @@ static int doorbell_component_register(void)
                   "Largest fragment (bytes) sent to a peer reached over TCP",
                   &c->tcp_max_send_size, OPAL_INFO_LVL_5);
     note_param_error(rc, "btl_doorbell_tcp_max_send_size");
+    c->tcp_min_rget_size = 128 * 1024;
+    rc = reg_size("tcp_min_rget_size",
+                  "Smallest message (bytes) sent to a peer reached over TCP by RGET (the "
+                  "receiver reads it straight into its buffer, after a request round trip); "
+                  "smaller ones above the eager limit go by rendezvous and fragments",
+                  &c->tcp_min_rget_size, OPAL_INFO_LVL_5);
+    note_param_error(rc, "btl_doorbell_tcp_min_rget_size");
 
     /* Standard BTL parameters (btl_doorbell_eager_limit, ...): the shm
      * module's.  Above the eager limit ob1 sends a contiguous message by
@@ -812,6 +819,11 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
     tcp->super.btl_max_send_size = c->tcp_max_send_size;
     tcp->super.btl_rdma_pipeline_send_length = c->tcp_eager_limit;
     tcp->super.btl_rdma_pipeline_frag_size = c->tcp_max_send_size;
+    /* No btl_put: a receiver must never answer a rendezvous with ob1's
+     * PUT pipeline (its sender would call a NULL btl_put).  ob1 runs that
+     * pipeline for rendezvous messages longer than this (bml's
+     * btl_send_limit); they then go by fragments. */
+    tcp->super.btl_min_rdma_pipeline_size = SIZE_MAX;
 
     rc = mca_btl_doorbell_module_init(&mca_btl_doorbell_module, core, me.vpid,
                                       &mca_btl_doorbell_module);
@@ -946,6 +958,10 @@ static int doorbell_component_progress(void)
         return 0;
     }
 
+    /* The small control frames this pass sends (ob1's FIN per finished
+     * read, read requests, ACKs) leave together at its end, one write per
+     * connection, instead of one TCP trip each. */
+    (void) doorbell_batch_begin();
     if (module->ncompleted) {
         count += mca_btl_doorbell_drain_completed(module);
     }
@@ -961,6 +977,7 @@ static int doorbell_component_progress(void)
         mca_btl_doorbell_core_error(module, rc, &wake);
         if (NULL == module->core) {
             /* a lost peer ended this rank's use of the core */
+            (void) doorbell_batch_end();
             module->progress_busy = 0;
             return count;
         }
@@ -978,6 +995,7 @@ static int doorbell_component_progress(void)
     if (module->ncompleted) {
         count += mca_btl_doorbell_drain_completed(module);
     }
+    (void) doorbell_batch_end();
     /* A send since the last pass (this thread's or another's) is activity
      * too: a reply usually follows, so the wait starts afresh. */
     bool active = count > 0 || (module->send_activity && opal_atomic_swap_32(&module->send_activity, 0));

@@ -67,6 +67,10 @@ mca_btl_base_registration_handle_t *mca_btl_doorbell_register_mem(struct mca_btl
     if (NULL == endpoint || MCA_BTL_ENDPOINT_ANY == endpoint || endpoint->lost) {
         return NULL;
     }
+    /* NULL: ob1 sends this message by rendezvous and fragments instead */
+    if (module == &mca_btl_doorbell_tcp_module && size < mca_btl_doorbell_component.tcp_min_rget_size) {
+        return NULL;
+    }
     h = malloc(sizeof(*h));
     if (NULL == h) {
         return NULL;

@@ -463,6 +463,8 @@ impl Inner {
     /// One non-sleeping pass over a window: backlogs, the queue, TCP inbox,
     /// then (only if no message came) a peer event or a notify.
     pub(crate) fn progress(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Delivered {
+        // Control frames the callbacks send leave together at its end.
+        let _batch = crate::batch::begin();
         self.push_all_backlogs();
         let mut d = Delivered::default();
         let w = &self.windows[window as usize];

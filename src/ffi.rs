@@ -582,6 +582,33 @@ pub unsafe extern "C" fn doorbell_flush(ep: *mut doorbell_endpoint, timeout_us: 
     })
 }
 
+/// Open a send batch on the calling thread: until the matching
+/// doorbell_batch_end, small TCP frames it sends on any endpoint (under
+/// 256 bytes: MPI control messages) are held and leave together, in one
+/// write per connection, when the outermost batch ends.  For a progress
+/// pass that sends many of them (a read request per RGET, a FIN per
+/// finished read).  Batches nest; a wait that sleeps sends the held frames
+/// first.  Sends outside a batch go at once.  Always DOORBELL_OK.
+#[no_mangle]
+pub extern "C" fn doorbell_batch_begin() -> c_int {
+    guard(|| {
+        crate::batch::begin_forever();
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// End the calling thread's innermost send batch; the outermost one sends
+/// what it held.  Errors: INVALID_ARGUMENT (no batch open on this thread).
+#[no_mangle]
+pub extern "C" fn doorbell_batch_end() -> c_int {
+    guard(|| {
+        if !crate::batch::end_one() {
+            return Err(Error::InvalidArgument);
+        }
+        Ok(DOORBELL_OK)
+    })
+}
+
 /// Let `task` read `len` bytes at `base` of this process's memory
 /// (doorbell_read, over TCP) until doorbell_unexpose(*key_out).  The memory
 /// must stay valid until then; only `task`, and only inside the range, can

@@ -12,6 +12,8 @@
 
 #[cfg(not(loom))]
 mod address;
+#[cfg(not(loom))]
+mod batch;
 mod bell;
 #[cfg(not(loom))]
 mod bulk;

@@ -41,8 +41,14 @@ const BODY_AHEAD: usize = 1 << 20;
 /// into its buffer when at least this much of it is still to come (less
 /// goes through the stage with the frames around it, in the same recv).
 const DIRECT: usize = 4096;
-/// Iovecs of a send kept on the stack (header + parts); more use the heap.
+/// Iovecs of a send kept on the stack (held frames + header + parts);
+/// more use the heap.
 const INLINE_PARTS: usize = 8;
+/// A frame up to this size (header included) sent inside a batch is held
+/// (batch.rs): ob1's control messages are 40-100 bytes.
+const HOLD_FRAME: usize = 256;
+/// Held bytes of one connection beyond which the next frame goes at once.
+const HOLD_BYTES: usize = 16 * 1024;
 
 pub struct Conn {
     pub stream: TcpStream,
@@ -176,6 +182,10 @@ struct Item {
 
 #[derive(Default)]
 struct Tx {
+    /// Whole small frames held for the sending thread's batch (batch.rs),
+    /// sent together when it ends.  Only while `queue` and `urgent` are
+    /// empty: whatever queues a frame moves them to the queue first.
+    cork: Vec<u8>,
     queue: VecDeque<Item>,
     /// Whole frames that go out at the next frame boundary, ahead of the
     /// queue: read requests.  Behind megabytes of queued data a request
@@ -329,7 +339,9 @@ impl Conn {
 
     /// Send one frame.  Writes what the socket takes now; the rest is copied
     /// to the queue that `flush` (EPOLLOUT, progress) drains, in order.
-    pub fn send(&self, hdr: FrameHeader, parts: &[&[u8]], max_backlog: u64) -> Result<()> {
+    /// Inside a batch (batch.rs) a small frame is held instead, and leaves
+    /// with the batch's other frames, or ahead of the next larger one.
+    pub fn send(self: &Arc<Self>, hdr: FrameHeader, parts: &[&[u8]], max_backlog: u64) -> Result<()> {
         if self.dead.load(Ordering::Acquire) {
             return Err(Error::PeerLost);
         }
@@ -347,23 +359,31 @@ impl Conn {
             tx.queue.push_back(Item { q: Queued::Owned(v), starts_frame: true });
             return self.flush_locked(&mut tx).map(|_| ());
         }
-        // The header and the parts go out in one sendmsg.  Their iovecs sit
-        // on the stack for the usual few parts (a heap Vec here was a
-        // malloc/free pair on every send).
+        if total <= HOLD_FRAME && tx.cork.len() + total <= HOLD_BYTES && crate::batch::open() {
+            if tx.cork.is_empty() {
+                crate::batch::hold(self);
+            }
+            tx.cork.extend_from_slice(&head);
+            parts.iter().for_each(|p| tx.cork.extend_from_slice(p));
+            return Ok(());
+        }
+        // Held frames, the header and the parts go out in one sendmsg.
+        // Their iovecs sit on the stack for the usual few parts (a heap Vec
+        // here was a malloc/free pair on every send).
+        let cork = std::mem::take(&mut tx.cork);
+        let total = total + cork.len();
         let mut inline = [IoSlice::new(&[]); INLINE_PARTS];
         let mut heap: Vec<IoSlice>;
-        let mut slices: &mut [IoSlice] = if parts.len() < INLINE_PARTS {
-            inline[0] = IoSlice::new(&head);
-            let mut k = 1;
-            for p in parts.iter().filter(|p| !p.is_empty()) {
+        let mut slices: &mut [IoSlice] = if parts.len() + 2 <= INLINE_PARTS {
+            let mut k = 0;
+            for p in [&cork[..], &head[..]].into_iter().chain(parts.iter().copied()).filter(|p| !p.is_empty()) {
                 inline[k] = IoSlice::new(p);
                 k += 1;
             }
             &mut inline[..k]
         } else {
-            heap = Vec::with_capacity(parts.len() + 1);
-            heap.push(IoSlice::new(&head));
-            heap.extend(parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)));
+            heap = Vec::with_capacity(parts.len() + 2);
+            heap.extend([&cork[..], &head[..]].into_iter().chain(parts.iter().copied()).filter(|p| !p.is_empty()).map(IoSlice::new));
             &mut heap[..]
         };
         let sent = self.write_now(&mut slices, total)?;
@@ -371,6 +391,8 @@ impl Conn {
             let mut v = self.pool.take(total - sent);
             slices.iter().for_each(|s| v.extend_from_slice(s));
             tx.queued += v.len() as u64;
+            // The rest starts a frame only if nothing at all went: held
+            // frames are whole frames, so an empty cork or none sent.
             tx.queue.push_back(Item { q: Queued::Owned(v), starts_frame: sent == 0 });
             self.watch_out(&mut tx, true);
         }
@@ -401,7 +423,7 @@ impl Conn {
     /// Send a small control frame (a read request) ahead of queued frames:
     /// at once if nothing is queued, else at the next frame boundary.
     /// Never refused.
-    pub fn send_urgent(&self, hdr: FrameHeader, body: &[u8]) -> Result<()> {
+    pub fn send_urgent(self: &Arc<Self>, hdr: FrameHeader, body: &[u8]) -> Result<()> {
         {
             let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
             if tx.queue.is_empty() && tx.urgent.is_empty() {
@@ -434,6 +456,7 @@ impl Conn {
             Lent { ptr: unsafe { ptr.add(off) }, len: len - off, region: region.clone() }
         };
         let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        Self::queue_held(&mut tx);
         if !tx.queue.is_empty() || !tx.urgent.is_empty() {
             tx.queued += (FRAME_HEADER + len) as u64;
             tx.queue.push_back(Item { q: Queued::Owned(head.to_vec()), starts_frame: true });
@@ -492,7 +515,21 @@ impl Conn {
         self.flush_locked(&mut tx)
     }
 
+    /// Held frames (batch.rs) join the queue, ahead of what is queued next.
+    fn queue_held(tx: &mut Tx) {
+        if !tx.cork.is_empty() {
+            let held = std::mem::take(&mut tx.cork);
+            tx.queued += held.len() as u64;
+            tx.queue.push_back(Item { q: Queued::Owned(held), starts_frame: true });
+        }
+    }
+
     fn flush_locked(&self, tx: &mut Tx) -> Result<bool> {
+        if !tx.cork.is_empty() {
+            Self::queue_held(tx);
+            // Whatever the socket does not take now goes on EPOLLOUT.
+            self.watch_out(tx, true);
+        }
         loop {
             // At a frame boundary urgent frames go first.  One partly sent
             // becomes the queue's front, so it is finished before anything else.
@@ -728,6 +765,71 @@ mod tests {
 
     fn frame_head(len: u64) -> [u8; FRAME_HEADER] {
         FrameHeader { len, window: 0, tag: 1, kind: frame::KIND_MESSAGE }.encode()
+    }
+
+    /// Bytes the raw socket has now (non-blocking), after a short wait.
+    fn available(s: &mut TcpStream) -> Vec<u8> {
+        use std::io::Read;
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        s.set_nonblocking(true).unwrap();
+        let mut out = vec![];
+        let mut buf = [0u8; 65536];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        out
+    }
+
+    fn frame_bytes(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut v = FrameHeader { len: body.len() as u64, window: 0, tag, kind: frame::KIND_MESSAGE }.encode().to_vec();
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn a_batch_holds_small_frames_until_it_ends_or_a_larger_frame_goes() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (mut peer, conn) = pair(&l);
+        let conn = Arc::new(conn);
+        let send = |tag: u8, body: &[u8]| {
+            let hdr = FrameHeader { len: body.len() as u64, window: 0, tag, kind: frame::KIND_MESSAGE };
+            conn.send(hdr, &[body], u64::MAX).unwrap();
+        };
+
+        // Outside a batch a small frame goes at once.
+        send(1, b"now");
+        assert_eq!(available(&mut peer), frame_bytes(1, b"now"));
+
+        // Inside (nested) batches small frames wait for the outermost end.
+        let outer = crate::batch::begin();
+        let inner = crate::batch::begin();
+        send(2, &[2; 40]);
+        send(3, &[3; 100]);
+        drop(inner);
+        assert!(available(&mut peer).is_empty(), "held frames went before the batch ended");
+        drop(outer);
+        let mut want = frame_bytes(2, &[2; 40]);
+        want.extend(frame_bytes(3, &[3; 100]));
+        assert_eq!(available(&mut peer), want, "one write, in order");
+
+        // A frame too large to hold takes the held ones with it, ahead of it.
+        let batch = crate::batch::begin();
+        send(4, &[4; 24]);
+        send(5, &[5; 5000]);
+        let mut want = frame_bytes(4, &[4; 24]);
+        want.extend(frame_bytes(5, &[5; 5000]));
+        assert_eq!(available(&mut peer), want);
+        // A thread about to sleep sends what it holds, its batch still open.
+        send(6, b"before a sleep");
+        crate::batch::flush_held();
+        assert_eq!(available(&mut peer), frame_bytes(6, b"before a sleep"));
+        drop(batch);
+        assert!(!crate::batch::end_one(), "no batch is open any more");
     }
 
     #[test]

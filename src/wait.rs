@@ -190,6 +190,8 @@ impl Inner {
             if let Some(o) = self.stream_receive(window, deadline, cb) {
                 return Ok(o);
             }
+            // Frames this thread holds may be what brings the wake-up.
+            crate::batch::flush_held();
             let token = bell::arm(word);
             if self.conn_count.load(Ordering::Relaxed) > 0 {
                 self.arm_flih_for_conns();

@@ -165,7 +165,7 @@ fi
 # The suite's own env interface selects them (TESTS, NPS, MPIRUN_HOSTS,
 # MPIRUN_EXTRA); it builds into a directory of ours (OUT) so concurrent runs
 # elsewhere in target/ are not disturbed.
-TWO_RANK_TESTS="rust netpipe mpi4py"
+TWO_RANK_TESTS="rust netpipe mpi4py tcp_protocols"
 SUITE_RUNS=(np4 np6 np2x)
 declare -A RUN_NPS=([np4]=4 [np6]=6 [np2x]=2)
 declare -A RUN_HOSTS=([np4]="nodeA:2,nodeB:2" [np6]="nodeA:3,nodeB:3" [np2x]="nodeA:1,nodeB:1")
