@@ -265,6 +265,18 @@ static void note_param_error(int rc, const char *name)
     }
 }
 
+/* A size_t parameter with its default; a registration failure is noted
+ * under its full name. */
+static void param_size(const char *name, const char *help, size_t *storage, size_t value,
+                       mca_base_var_info_lvl_t lvl)
+{
+    char full[96];
+
+    *storage = value;
+    snprintf(full, sizeof(full), "btl_doorbell_%s", name);
+    note_param_error(reg_size(name, help, storage, lvl), full);
+}
+
 static int doorbell_component_register(void)
 {
     mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
@@ -411,30 +423,21 @@ static int doorbell_component_register(void)
     /* The TCP module's limits (see btl_doorbell.h for the two modules).
      * Over TCP there is no single copy, and a rendezvous costs a network
      * round trip: a large eager limit, as btl tcp has (64 KiB, 128 KiB). */
-    c->tcp_eager_limit = 64 * 1024;
-    rc = reg_size("tcp_eager_limit",
-                  "Eager limit (bytes) towards peers reached over TCP (other nodes, or every "
-                  "peer with btl_doorbell_force_tcp); btl_doorbell_eager_limit is the one of "
-                  "same-node peers",
-                  &c->tcp_eager_limit, OPAL_INFO_LVL_5);
-    note_param_error(rc, "btl_doorbell_tcp_eager_limit");
-    c->tcp_rndv_eager_limit = 64 * 1024;
-    rc = reg_size("tcp_rndv_eager_limit",
-                  "Bytes sent with a rendezvous request towards peers reached over TCP",
-                  &c->tcp_rndv_eager_limit, OPAL_INFO_LVL_5);
-    note_param_error(rc, "btl_doorbell_tcp_rndv_eager_limit");
-    c->tcp_max_send_size = 128 * 1024;
-    rc = reg_size("tcp_max_send_size",
-                  "Largest fragment (bytes) sent to a peer reached over TCP",
-                  &c->tcp_max_send_size, OPAL_INFO_LVL_5);
-    note_param_error(rc, "btl_doorbell_tcp_max_send_size");
-    c->tcp_min_rget_size = 128 * 1024;
-    rc = reg_size("tcp_min_rget_size",
-                  "Smallest message (bytes) sent to a peer reached over TCP by RGET (the "
-                  "receiver reads it straight into its buffer, after a request round trip); "
-                  "smaller ones above the eager limit go by rendezvous and fragments",
-                  &c->tcp_min_rget_size, OPAL_INFO_LVL_5);
-    note_param_error(rc, "btl_doorbell_tcp_min_rget_size");
+    param_size("tcp_eager_limit",
+               "Eager limit (bytes) towards peers reached over TCP (other nodes, or every "
+               "peer with btl_doorbell_force_tcp); btl_doorbell_eager_limit is the one of "
+               "same-node peers",
+               &c->tcp_eager_limit, 64 * 1024, OPAL_INFO_LVL_5);
+    param_size("tcp_rndv_eager_limit",
+               "Bytes sent with a rendezvous request towards peers reached over TCP",
+               &c->tcp_rndv_eager_limit, 64 * 1024, OPAL_INFO_LVL_5);
+    param_size("tcp_max_send_size", "Largest fragment (bytes) sent to a peer reached over TCP",
+               &c->tcp_max_send_size, 128 * 1024, OPAL_INFO_LVL_5);
+    param_size("tcp_min_rget_size",
+               "Smallest message (bytes) sent to a peer reached over TCP by RGET (the "
+               "receiver reads it straight into its buffer, after a request round trip); "
+               "smaller ones above the eager limit go by rendezvous and fragments",
+               &c->tcp_min_rget_size, 128 * 1024, OPAL_INFO_LVL_5);
 
     /* Standard BTL parameters (btl_doorbell_eager_limit, ...): the shm
      * module's.  Above the eager limit ob1 sends a contiguous message by
