@@ -406,22 +406,22 @@ if wanted mpi4py; then
 fi
 
 # ---- ob1's protocols over the TCP module, both ways at once (issue 9) ----
-# Eager, rendezvous with fragments and RGET sizes, data checked.  With the
-# default limits messages from 128 KiB on go by RGET (reads counted); with
+# Eager, rendezvous with fragments and RGET sizes, data checked.  With
+# min_rget_size 128 KiB messages from 128 KiB on go by RGET (reads counted); with
 # min_rget_size 8 MiB none does, and messages beyond max_send_size must go by
 # rendezvous fragments (before the module set btl_min_rdma_pipeline_size the
 # receiver asked for a btl_put the module lacks: a segfault).
 if wanted tcp_protocols && is_doorbell "$BTL" && [[ -x $BIN/tcp_protocols ]]; then
-    for rget in default 8388608; do
+    for rget in 131072 8388608; do
         rargs=()
         # one node: TCP on loopback (across nodes the ranks' own interfaces)
         [[ -z $MPIRUN_HOSTS ]] && rargs+=(--mca btl_doorbell_if_include lo)
-        [[ $rget != default ]] && rargs+=(--mca btl_doorbell_tcp_min_rget_size "$rget")
+        rargs+=(--mca btl_doorbell_tcp_min_rget_size "$rget")
         label="tcp_protocols np=2 $(tag_of "$BTL" force_tcp) min_rget_size $rget"
         if run_mpi "$label" 2 "$BTL" force_tcp "^tcp_protocols: OK" "${rargs[@]}" "$BIN/tcp_protocols"; then
             reads=$(grep -Eo 'tcp_reads=[0-9]+' "$RUN_LOG" | awk -F= '{s += $2} END {print s + 0}')
             # 2 ranks x 16 messages x 4 rounds of each of the 4 sizes >= 128 KiB
-            if [[ $rget == default && $reads == 512 ]] || [[ $rget != default && $reads == 0 ]]; then
+            if [[ $rget == 131072 && $reads == 512 ]] || [[ $rget != 131072 && $reads == 0 ]]; then
                 pass "$label: RGET for exactly the messages >= min_rget_size" "tcp_reads=$reads"
             else
                 fail "$label: RGET for exactly the messages >= min_rget_size" "tcp_reads=$reads" "$RUN_LOG"

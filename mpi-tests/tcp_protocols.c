@@ -5,7 +5,7 @@
  * Each rank posts a window of 16 MPI_Irecv and 16 MPI_Isend of N bytes to
  * the other, then MPI_Waitall, 4 times per N.  The sizes straddle the TCP
  * module's limits: eager (up to 64 KiB with headers), rendezvous with
- * fragments (below btl_doorbell_tcp_min_rget_size, 128 KiB by default) and
+ * fragments (below btl_doorbell_tcp_min_rget_size; run.sh sets 128 KiB) and
  * RGET (reads of the sender's buffer).  Run with a larger min_rget_size
  * the rendezvous covers messages longer than max_send_size too: ob1 must
  * then send them in fragments, never ask our sender for a btl_put (the

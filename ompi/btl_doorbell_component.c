@@ -436,8 +436,9 @@ static int doorbell_component_register(void)
     param_size("tcp_min_rget_size",
                "Smallest message (bytes) sent to a peer reached over TCP by RGET (the "
                "receiver reads it straight into its buffer, after a request round trip); "
-               "smaller ones above the eager limit go by rendezvous and fragments",
-               &c->tcp_min_rget_size, 128 * 1024, OPAL_INFO_LVL_5);
+               "smaller ones above the eager limit go by rendezvous and fragments (0: RGET "
+               "from the eager limit on)",
+               &c->tcp_min_rget_size, 0, OPAL_INFO_LVL_5);
 
     /* Standard BTL parameters (btl_doorbell_eager_limit, ...): the shm
      * module's.  Above the eager limit ob1 sends a contiguous message by
