@@ -230,32 +230,6 @@ static void find_help_file(void)
 /* ------------------------------------------------------------------ */
 /* parameters                                                          */
 
-/* The typed wrappers keep each parameter's storage type checked. */
-static int reg_var(const char *name, const char *help, mca_base_var_type_t type, void *storage,
-                   mca_base_var_info_lvl_t lvl)
-{
-    return mca_base_component_var_register(&mca_btl_doorbell_component.super.btl_version, name,
-                                           help, type, NULL, 0, MCA_BASE_VAR_FLAG_SETTABLE, lvl,
-                                           MCA_BASE_VAR_SCOPE_READONLY, storage);
-}
-
-static int reg_uint(const char *name, const char *help, unsigned int *storage,
-                    mca_base_var_info_lvl_t lvl)
-{
-    return reg_var(name, help, MCA_BASE_VAR_TYPE_UNSIGNED_INT, storage, lvl);
-}
-
-static int reg_size(const char *name, const char *help, size_t *storage,
-                    mca_base_var_info_lvl_t lvl)
-{
-    return reg_var(name, help, MCA_BASE_VAR_TYPE_SIZE_T, storage, lvl);
-}
-
-static int reg_int(const char *name, const char *help, int *storage, mca_base_var_info_lvl_t lvl)
-{
-    return reg_var(name, help, MCA_BASE_VAR_TYPE_INT, storage, lvl);
-}
-
 static void note_param_error(int rc, const char *name)
 {
     if (rc < 0 && !mca_btl_doorbell_component.param_error) {
@@ -265,16 +239,37 @@ static void note_param_error(int rc, const char *name)
     }
 }
 
-/* A size_t parameter with its default; a registration failure is noted
- * under its full name. */
+/* Register btl_doorbell_<name>; a failure is noted under that full name.
+ * The typed wrappers keep each parameter's storage type checked. */
+static void reg_var(const char *name, const char *help, mca_base_var_type_t type, void *storage,
+                    mca_base_var_info_lvl_t lvl)
+{
+    char full[96];
+    int rc = mca_base_component_var_register(&mca_btl_doorbell_component.super.btl_version, name,
+                                             help, type, NULL, 0, MCA_BASE_VAR_FLAG_SETTABLE, lvl,
+                                             MCA_BASE_VAR_SCOPE_READONLY, storage);
+
+    snprintf(full, sizeof(full), "btl_doorbell_%s", name);
+    note_param_error(rc, full);
+}
+
+static void reg_uint(const char *name, const char *help, unsigned int *storage,
+                     mca_base_var_info_lvl_t lvl)
+{
+    reg_var(name, help, MCA_BASE_VAR_TYPE_UNSIGNED_INT, storage, lvl);
+}
+
+static void reg_int(const char *name, const char *help, int *storage, mca_base_var_info_lvl_t lvl)
+{
+    reg_var(name, help, MCA_BASE_VAR_TYPE_INT, storage, lvl);
+}
+
+/* A size_t parameter with its default. */
 static void param_size(const char *name, const char *help, size_t *storage, size_t value,
                        mca_base_var_info_lvl_t lvl)
 {
-    char full[96];
-
     *storage = value;
-    snprintf(full, sizeof(full), "btl_doorbell_%s", name);
-    note_param_error(reg_size(name, help, storage, lvl), full);
+    reg_var(name, help, MCA_BASE_VAR_TYPE_SIZE_T, storage, lvl);
 }
 
 static int doorbell_component_register(void)
@@ -313,30 +308,27 @@ static int doorbell_component_register(void)
      * never settles into both sides sleeping (measured: 1000 keeps 2-rank
      * TCP latency at btl tcp's, 50 doubled it; barrier time unchanged). */
     c->spin_us = 1000;
-    rc = reg_uint("spin_us",
-                  "adaptive wait mode: longest spin, in microseconds, of a blocking call that finds "
-                  "nothing to do before it sleeps (shortened to 0 per path -- shm, tcp -- while "
-                  "messages keep arriving only after the spin; re-probed now and then)",
-                  &c->spin_us, OPAL_INFO_LVL_4);
-    note_param_error(rc, "btl_doorbell_spin_us");
+    reg_uint("spin_us",
+             "adaptive wait mode: longest spin, in microseconds, of a blocking call that finds "
+             "nothing to do before it sleeps (shortened to 0 per path -- shm, tcp -- while "
+             "messages keep arriving only after the spin; re-probed now and then)",
+             &c->spin_us, OPAL_INFO_LVL_4);
 
     c->sleep_max_us = 16000;
-    rc = reg_uint("sleep_max_us",
-                  "Longest single sleep in microseconds (must be >= 1).  Sleeps are bounded "
-                  "because parts of Open MPI (MPI_Init/Finalize, nonblocking collectives) need "
-                  "progress calls that no message announces.  A wait starts with 1000 us "
-                  "sleeps and doubles them while they time out idle, up to this",
-                  &c->sleep_max_us, OPAL_INFO_LVL_4);
-    note_param_error(rc, "btl_doorbell_sleep_max_us");
+    reg_uint("sleep_max_us",
+             "Longest single sleep in microseconds (must be >= 1).  Sleeps are bounded "
+             "because parts of Open MPI (MPI_Init/Finalize, nonblocking collectives) need "
+             "progress calls that no message announces.  A wait starts with 1000 us "
+             "sleeps and doubles them while they time out idle, up to this",
+             &c->sleep_max_us, OPAL_INFO_LVL_4);
 
     c->ring_size = 1 << 19;
-    rc = reg_uint("ring_size",
-                  "Bytes of payload in each rank's inbound shared-memory queue, which all "
-                  "same-node senders to the rank share: a power of 2 from 4096 to 1073741824 "
-                  "(0 = the core's default, 512 KiB).  A rank's shared memory is this plus "
-                  "about 72 KiB, whatever the number of ranks",
-                  &c->ring_size, OPAL_INFO_LVL_5);
-    note_param_error(rc, "btl_doorbell_ring_size");
+    reg_uint("ring_size",
+             "Bytes of payload in each rank's inbound shared-memory queue, which all "
+             "same-node senders to the rank share: a power of 2 from 4096 to 1073741824 "
+             "(0 = the core's default, 512 KiB).  A rank's shared memory is this plus "
+             "about 72 KiB, whatever the number of ranks",
+             &c->ring_size, OPAL_INFO_LVL_5);
 
     c->shm_dir = NULL;
     rc = mca_base_component_var_register(
@@ -369,16 +361,14 @@ static int doorbell_component_register(void)
     note_param_error(rc, "btl_doorbell_if_exclude");
 
     c->port_min = 0;
-    rc = reg_int("port_min",
-                 "Lowest TCP port to listen on (0 = any ephemeral port, else 1..65535)",
-                 &c->port_min, OPAL_INFO_LVL_2);
-    note_param_error(rc, "btl_doorbell_port_min");
+    reg_int("port_min",
+            "Lowest TCP port to listen on (0 = any ephemeral port, else 1..65535)",
+            &c->port_min, OPAL_INFO_LVL_2);
 
     c->port_range = 0;
-    rc = reg_int("port_range",
-                 "Number of ports from btl_doorbell_port_min to try (0 = up to 65535)",
-                 &c->port_range, OPAL_INFO_LVL_2);
-    note_param_error(rc, "btl_doorbell_port_range");
+    reg_int("port_range",
+            "Number of ports from btl_doorbell_port_min to try (0 = up to 65535)",
+            &c->port_range, OPAL_INFO_LVL_2);
 
     c->force_tcp = false;
     rc = mca_base_component_var_register(
@@ -400,25 +390,21 @@ static int doorbell_component_register(void)
     note_param_error(rc, "btl_doorbell_single_copy");
 
     c->verbose = 0;
-    rc = reg_int("verbose",
-                 "Verbosity: >= 1 prints, at finalize, this rank's doorbell counters and the "
-                 "path (shm or tcp) used to reach each peer; >= 10 traces setup",
-                 &c->verbose, OPAL_INFO_LVL_9);
-    note_param_error(rc, "btl_doorbell_verbose");
+    reg_int("verbose",
+            "Verbosity: >= 1 prints, at finalize, this rank's doorbell counters and the "
+            "path (shm or tcp) used to reach each peer; >= 10 traces setup",
+            &c->verbose, OPAL_INFO_LVL_9);
 
     c->free_list_num = 16;
-    rc = reg_int("free_list_num", "Initial number of send descriptors per size class",
-                 &c->free_list_num, OPAL_INFO_LVL_9);
-    note_param_error(rc, "btl_doorbell_free_list_num");
+    reg_int("free_list_num", "Initial number of send descriptors per size class",
+            &c->free_list_num, OPAL_INFO_LVL_9);
     c->free_list_max = 4096;
-    rc = reg_int("free_list_max",
-                 "Maximum number of send descriptors per size class (-1 = unlimited)",
-                 &c->free_list_max, OPAL_INFO_LVL_9);
-    note_param_error(rc, "btl_doorbell_free_list_max");
+    reg_int("free_list_max",
+            "Maximum number of send descriptors per size class (-1 = unlimited)",
+            &c->free_list_max, OPAL_INFO_LVL_9);
     c->free_list_inc = 32;
-    rc = reg_int("free_list_inc", "Number of send descriptors added when a list grows",
-                 &c->free_list_inc, OPAL_INFO_LVL_9);
-    note_param_error(rc, "btl_doorbell_free_list_inc");
+    reg_int("free_list_inc", "Number of send descriptors added when a list grows",
+            &c->free_list_inc, OPAL_INFO_LVL_9);
 
     /* The TCP module's limits (see btl_doorbell.h for the two modules).
      * Over TCP there is no single copy, and a rendezvous costs a network
