@@ -139,8 +139,15 @@ pub(crate) unsafe fn word_at<'a>(data: *mut u8, off: u64) -> &'a AtomicU64 {
 }
 
 /// Does this CPU have PREFETCHW (CPUID 0x80000001 ECX bit 8)?  Older
-/// x86-64 CPUs may fault on it rather than ignore it.
+/// x86-64 CPUs may fault on it rather than ignore it.  Asked once per
+/// process: in a VM each CPUID is a trap to the hypervisor, and every
+/// queue producer (one per peer and window) asks.
 pub(crate) fn has_prefetchw() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(cpu_has_prefetchw)
+}
+
+fn cpu_has_prefetchw() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::__cpuid;
