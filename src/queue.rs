@@ -311,6 +311,29 @@ impl QueueWriter {
         *next_rewind_check = *tail + HOT_BYTES;
     }
 
+    /// Put `rec` (the rest of `msg`, from `from`) whole at `tail`.  If it
+    /// does not fit before the ring's end and `may_pad`, pad to the end
+    /// first when that makes room.  False: it does not fit whole now.
+    /// Caller holds the lock.
+    fn put_whole(&self, tail: &mut u64, rec: Record, msg: &Gather, from: u64, may_pad: bool) -> bool {
+        let whole = align16(REC + rec.len as u64);
+        let to_end = self.q.cap - self.q.offset(*tail);
+        if whole > to_end {
+            if !may_pad || self.free(*tail, (to_end + whole).min(self.q.cap)) < to_end + whole {
+                return false;
+            }
+            // SAFETY: we hold the lock; the pad's bytes are released.
+            unsafe { self.put(tail, Record::new(0, rec.tag, PAD), None, None) };
+        }
+        if self.free(*tail, whole) < whole {
+            return false;
+        }
+        // SAFETY: we hold the lock, and the record fits before the end (a
+        // pad made offset 0 if it did not) and in released space.
+        unsafe { self.put(tail, rec, None, Some((msg, from))) };
+        true
+    }
+
     /// A message that fits one record, whole, if the lock is free and the
     /// queue has room right now; `ring` runs before the lock is given back
     /// (it returns whether the bell was needless, counted in `skipped`).
@@ -328,22 +351,13 @@ impl QueueWriter {
         }
         let mut tail = h.tail.load(Ordering::Relaxed);
         let mut next = h.next_rewind_check.load(Ordering::Relaxed);
-        let whole = align16(REC + total);
         let ok = tail.is_multiple_of(ALIGN) && {
             if tail >= next {
-                self.rewind_if_empty(&mut tail, &mut next, whole);
+                self.rewind_if_empty(&mut tail, &mut next, align16(REC + total));
             }
-            let to_end = self.q.cap - self.q.offset(tail);
-            if whole > to_end && self.free(tail, to_end + whole) >= to_end + whole {
-                // SAFETY: we hold the lock; the pad's bytes are released.
-                unsafe { self.put(&mut tail, Record::new(0, tag, PAD), None, None) };
-            }
-            whole <= self.q.cap - self.q.offset(tail) && whole <= self.free(tail, whole)
+            self.put_whole(&mut tail, Record::new(total, tag, FIRST | LAST), msg, 0, true)
         };
         if ok {
-            // SAFETY: we hold the lock, and the record fits before the end
-            // and in released space (checked just above).
-            unsafe { self.put(&mut tail, Record::new(total, tag, FIRST | LAST), None, Some((msg, 0))) };
             self.sent.add(1);
             if ring() {
                 self.skipped.add(1);
@@ -524,29 +538,25 @@ impl QueueProducer {
             let remaining = total - *offset;
             let pos = self.w.q.offset(self.tail);
             let to_end = cap - pos;
-            let whole = align16(REC + remaining);
-            let one_record = remaining <= LEN_MAX;
-            let free = self.free(if whole <= to_end { whole } else { (to_end + whole).min(cap) });
             let first = if *offset == 0 { FIRST } else { 0 };
             let rec = |len: u64, flags: u8| Record::new(len, tag, flags);
-            if one_record && whole <= to_end && whole <= free {
-                // SAFETY: in the data area and released (whole <= to_end, free).
-                unsafe { self.put(rec(remaining, first | LAST), None, Some((msg, *offset))) };
+            // Up to a quarter of the queue waits for room to go whole (after
+            // a pad to the end if need be); larger goes whole only if it
+            // fits now, else in chunks.
+            let small = *offset == 0 && remaining <= LEN_MAX && remaining <= cap / 4;
+            if remaining <= LEN_MAX && self.w.put_whole(&mut self.tail, rec(remaining, first | LAST), msg, *offset, small) {
                 *offset = total;
                 return true;
             }
-            if *offset == 0 && one_record && remaining <= cap / 4 {
-                if free >= to_end + whole {
-                    // SAFETY: to_end <= free; a PAD header fits (16-aligned).
-                    unsafe { self.put(rec(0, PAD), None, None) };
-                    continue;
-                }
+            if small {
                 return false;
             }
+            let whole = align16(REC + remaining);
+            let free = self.free(if whole <= to_end { whole } else { (to_end + whole).min(cap) });
             let room = free.min(to_end);
             if room < ALIGN + MIN_CHUNK {
                 if to_end < ALIGN + MIN_CHUNK && free > to_end {
-                    // SAFETY: as above.
+                    // SAFETY: to_end < free; a PAD header fits (16-aligned).
                     unsafe { self.put(rec(0, PAD), None, None) };
                     continue;
                 }
@@ -625,8 +635,7 @@ impl QueueProducer {
         h.any_waiting.store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         let head = h.head.load(Ordering::Acquire);
-        let moved = self.w.head_cache.swap(head, Ordering::Relaxed) != head || (self.busy && h.lock.load(Ordering::Relaxed) == 0);
-        moved
+        self.w.head_cache.swap(head, Ordering::Relaxed) != head || (self.busy && h.lock.load(Ordering::Relaxed) == 0)
     }
 
     /// Orderly close: mark this sender closed in the receiver's queue (its
