@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DBCTRL\0\0");
 /// 2: WindowSlot::notified.  3: unlink_after, mapped_by.  4: inbound
 /// queues (queue_bytes) instead of a ring bitmap per window.  5: 8-byte
-/// record headers (record.rs).
-pub const CONTROL_VERSION: u32 = 5;
+/// record headers (record.rs).  6: light_rings.
+pub const CONTROL_VERSION: u32 = 6;
 /// `unlink_after` of an owner that does not know its peers: the name stays
 /// until it closes.
 const UNLINK_AT_CLOSE: u32 = u32::MAX;
@@ -48,7 +48,10 @@ pub struct ControlHeader {
     pub mapped_by: AtomicU32,
     /// Data bytes of each window's queue (a power of 2, 4 KiB..1 GiB).
     pub queue_bytes: u32,
-    _pad: [u8; 24],
+    /// 1: the owner makes bell.rs's heavy barrier before it sleeps, so a
+    /// registered sender may ring this task's bells lightly.
+    pub light_rings: u32,
+    _pad: [u8; 20],
 }
 
 /// One receive window.
@@ -129,6 +132,7 @@ impl Control {
             (*p).owner_pid = std::process::id();
             (*p).owner_task = task;
             (*p).unlink_after = peers.map_or(UNLINK_AT_CLOSE, |n| n.min(UNLINK_AT_CLOSE - 1));
+            (*p).light_rings = crate::bell::asymmetric() as u32;
         }
         let h = c.header();
         h.windows_open.store(1, Ordering::Relaxed);
@@ -190,6 +194,11 @@ impl Control {
             return Err(Error::InvalidArgument);
         }
         self.seg.reserve_range(queue_at(w, self.queue_bytes), QueueRef::bytes(self.queue_bytes) as usize)
+    }
+
+    /// Whether this process may ring the owner's bells with `ring_light`.
+    pub fn rings_light(&self) -> bool {
+        self.header().light_rings != 0 && crate::bell::asymmetric()
     }
 
     pub fn header(&self) -> &ControlHeader {

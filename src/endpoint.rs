@@ -405,6 +405,15 @@ impl Inner {
         r
     }
 
+    /// ring_bell_quiet without the fence, where `ctl.rings_light()` (bell.rs).
+    pub(crate) fn ring_bell_light(&self, ctl: &Control, window: u32) -> Rang {
+        let r = bell::ring_light(&self.parker, &ctl.window(window).bell);
+        if let Rang::Woken = r {
+            bump(&self.counters.notifies_sent);
+        }
+        r
+    }
+
     /// local_notify's ring: mark the window notified (control.rs), then ring.
     pub(crate) fn notify(&self, ctl: &Control, window: u32) {
         ctl.window(window).notified.store(1, Ordering::Release);

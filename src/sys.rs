@@ -4,8 +4,8 @@
 //! io::Result (or nothing, where failure only means "go around the loop
 //! again").
 //!
-//! nix lacks: futex(2) on a shared word, pidfd_open(2), and a recv into a
-//! buffer's uninitialised spare capacity (recv_append).
+//! nix lacks: futex(2) on a shared word, membarrier(2), pidfd_open(2), and
+//! a recv into a buffer's uninitialised spare capacity (recv_append).
 //!
 //! Costs: the calls on the message path (epoll_wait, recv, sendmsg) go
 //! through syscall(2), not the glibc wrappers that nix calls: in a process
@@ -64,6 +64,29 @@ pub fn futex_wake_shared(word: &AtomicU32) {
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
     }
+}
+
+// linux/membarrier.h
+const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_long = 1 << 1;
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
+
+/// Register this process as a target of MEMBARRIER_CMD_GLOBAL_EXPEDITED
+/// (Linux 4.16).  False if the kernel lacks it or a seccomp filter refuses.
+pub fn membarrier_register_global() -> bool {
+    // SAFETY: plain syscall with integer arguments.
+    let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
+    if cmds < 0 || cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED == 0 {
+        return false;
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0 }
+}
+
+/// A memory barrier on every CPU that runs a registered process.
+pub fn membarrier_global() -> io::Result<()> {
+    // SAFETY: plain syscall with integer arguments.
+    syscall!(unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) }).map(drop)
 }
 
 /// A pollable fd that becomes readable when process `pid` exits.

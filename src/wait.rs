@@ -196,7 +196,10 @@ impl Inner {
             if self.conn_count.load(Ordering::Relaxed) > 0 {
                 self.arm_flih_for_conns();
             }
-            if self.has_work(window) {
+            // Local senders may ring lightly (bell.rs); a refused barrier
+            // (never seen after a registration that worked) means polling on.
+            let barred = self.control.header().light_rings != 0 && !bell::heavy_barrier();
+            if barred || self.has_work(window) {
                 bell::disarm(word);
             } else {
                 let now = sys::now_ns();

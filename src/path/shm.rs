@@ -99,7 +99,12 @@ impl Inner {
         // (QueueWriter): no `tx`.  Anything else takes the path below.
         if self.backlog_msgs.load(Ordering::Relaxed) == 0 {
             if let Some(w) = p.writers[window as usize].get() {
-                if w.write_whole(tag, &g, &mut || matches!(self.ring_bell_quiet(ctl, window), Rang::Skipped)) {
+                let light = ctl.rings_light();
+                let mut ring = || {
+                    let rang = if light { self.ring_bell_light(ctl, window) } else { self.ring_bell_quiet(ctl, window) };
+                    matches!(rang, Rang::Skipped)
+                };
+                if w.write_whole(tag, &g, &mut ring) {
                     return Ok(());
                 }
             }
