@@ -442,6 +442,10 @@ mod tests {
     /// sender saw no ARM) and the re-check saw no data: the receiver would
     /// sleep with the message unseen.  Without the heavy barrier such
     /// rounds happen (the sender's ARMED load passes its own publish).
+    /// With it, the run checks the wiring end to end (registration, the
+    /// light ring, arm, barrier, re-check) but cannot tell the barrier from
+    /// a mere delay: it takes far longer than a store stays buffered.  The
+    /// ordering rests on the argument at the top of this file.
     fn race_rounds(rounds: u32, heavy: bool) -> u32 {
         let bell = Arc::new(AtomicU32::new(0));
         let data = Arc::new(AtomicU32::new(0));
