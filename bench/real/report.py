@@ -17,12 +17,13 @@ import sys
 from collections import defaultdict
 
 PAIRS = [("doorbell", "vader"), ("doorbell_base", "vader"), ("doorbell", "doorbell_base"),
-         ("doorbell_tcp", "tcp")]
+         ("doorbell_tcp", "tcp"), ("doorbell_tcp_base", "tcp"), ("doorbell_tcp", "doorbell_tcp_base")]
 WALL_LIMIT = 1.1       # every program: <= 1.1x the baseline's wall time
 BIDIR_LIMIT = 0.9      # bidirectional bandwidth: >= 0.9x at every size
 ALLREDUCE_LIMIT = 1.2  # allreduce: <= 1.2x at every size
 COLORS = {"vader": "tab:blue", "doorbell": "tab:red", "tcp": "tab:green",
-          "doorbell_tcp": "tab:orange", "doorbell_base": "tab:purple"}
+          "doorbell_tcp": "tab:orange", "doorbell_base": "tab:purple",
+          "doorbell_tcp_base": "tab:brown"}
 
 
 def size_label(n):

@@ -14,6 +14,8 @@
 #                 run: DOORBELL_BASE names the directory holding that build's
 #                 component (make -C ompi install INSTALLDIR=DIR in a checkout
 #                 of it); Open MPI loads it instead of the installed one
+#   doorbell_tcp_base  the same build with doorbell_tcp's settings (A/B of
+#                 the TCP path)
 # always with --mca pml ob1.  Each run has a time limit (TIMEOUT); a run that
 # hits it is recorded as taking the limit and flagged, so a stall shows as a
 # number instead of hanging the script.  report.py then prints medians,
@@ -71,6 +73,7 @@ if [ -n "${DOORBELL_BASE:-}" ]; then
     [ -f "$DOORBELL_BASE/mca_btl_doorbell.so" ] || { echo "run.sh: no mca_btl_doorbell.so in DOORBELL_BASE=$DOORBELL_BASE" >&2; exit 2; }
     # replacing the search path drops the default: keep Open MPI's own directory
     mca[doorbell_base]="--mca btl self,doorbell --mca mca_base_component_path $(ompi_info --path pkglibdir --parsable | cut -d: -f3-):$DOORBELL_BASE"
+    mca[doorbell_tcp_base]="${mca[doorbell_base]} --mca btl_doorbell_force_tcp 1 --mca btl_doorbell_if_include lo"
 fi
 read -r -a configs <<<"${CONFIGS:-vader doorbell tcp doorbell_tcp}"
 
@@ -95,7 +98,7 @@ all_programs="rma rma_pt2pt nbc coll bidir probe sendmodes testcompute threads m
 read -r -a programs <<<"${PROGRAMS:-$all_programs}"
 
 for c in "${configs[@]}"; do
-    [ "$c" != doorbell_base ] || [ -n "${DOORBELL_BASE:-}" ] || { echo "run.sh: doorbell_base needs DOORBELL_BASE" >&2; exit 2; }
+    [ "${c%_base}" = "$c" ] || [ -n "${DOORBELL_BASE:-}" ] || { echo "run.sh: $c needs DOORBELL_BASE" >&2; exit 2; }
     [ -n "${mca[$c]+set}" ] || { echo "run.sh: unknown configuration '$c' (known: ${!mca[*]})" >&2; exit 2; }
 done
 for p in "${programs[@]}"; do
