@@ -197,6 +197,8 @@ struct Tx {
     queued: u64,
     /// EPOLLOUT is in the set's interest for this socket (the queue is not empty).
     out_watched: bool,
+    /// Changes of the set's interest (EPOLL_CTL_MOD calls) so far.
+    interest_changes: u64,
 }
 
 /// What the parser found.
@@ -443,8 +445,9 @@ impl Conn {
 
     /// Send a read's data frame from exposed memory: [ptr, ptr + len) of
     /// `region`, which the caller holds exposed (Region::hold) and checked
-    /// covers the range.  What the socket does not take now is queued as
-    /// a Lent range, not copied; a data frame is never refused.
+    /// covers the range.  Frames the thread's batch holds go ahead of it in
+    /// the same sendmsg.  What the socket does not take now is queued as a
+    /// Lent range, not copied; a data frame is never refused.
     pub fn send_lent(&self, hdr: FrameHeader, region: &Arc<Region>, ptr: *const u8, len: usize) -> Result<()> {
         if self.dead.load(Ordering::Acquire) {
             return Err(Error::PeerLost);
@@ -456,8 +459,8 @@ impl Conn {
             Lent { ptr: unsafe { ptr.add(off) }, len: len - off, region: region.clone() }
         };
         let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        Self::queue_held(&mut tx);
         if !tx.queue.is_empty() || !tx.urgent.is_empty() {
+            Self::queue_held(&mut tx);
             tx.queued += (FRAME_HEADER + len) as u64;
             tx.queue.push_back(Item { q: Queued::Owned(head.to_vec()), starts_frame: true });
             if len > 0 {
@@ -465,22 +468,38 @@ impl Conn {
             }
             return self.flush_locked(&mut tx).map(|_| ());
         }
-        let whole = Lent { ptr, len, region: region.clone() };
-        region.lent.fetch_add(1, Ordering::AcqRel);
-        let mut slices = [IoSlice::new(&head), IoSlice::new(whole.bytes())];
-        let mut slices: &mut [IoSlice] = &mut slices[..if len > 0 { 2 } else { 1 }];
-        let total = FRAME_HEADER + len;
-        let sent = self.write_now(&mut slices, total);
+        let mut held = std::mem::take(&mut tx.cork);
+        let whole = lent(0);
+        let parts = [&held[..], &head[..], whole.bytes()];
+        let mut slices = [IoSlice::new(&[]); 3];
+        let mut k = 0;
+        for p in parts.into_iter().filter(|p| !p.is_empty()) {
+            slices[k] = IoSlice::new(p);
+            k += 1;
+        }
+        let total = held.len() + FRAME_HEADER + len;
+        let sent = self.write_now(&mut &mut slices[..k], total);
         drop(whole);
         let sent = sent?;
         if sent < total {
-            if sent < FRAME_HEADER {
-                tx.queue.push_back(Item { q: Queued::Owned(head[sent..].to_vec()), starts_frame: sent == 0 });
+            // What is left, in order: held frames, then the header, then the data.
+            let head_sent = sent.saturating_sub(held.len());
+            if sent < held.len() {
+                held.drain(..sent);
+                tx.queue.push_back(Item { q: Queued::Owned(held), starts_frame: sent == 0 });
             }
-            let off = sent.saturating_sub(FRAME_HEADER);
-            tx.queue.push_back(Item { q: Queued::Lent(lent(off)), starts_frame: false });
+            if head_sent < FRAME_HEADER {
+                tx.queue.push_back(Item { q: Queued::Owned(head[head_sent..].to_vec()), starts_frame: head_sent == 0 });
+            }
+            let off = head_sent.saturating_sub(FRAME_HEADER);
+            if off < len {
+                tx.queue.push_back(Item { q: Queued::Lent(lent(off)), starts_frame: false });
+            }
             tx.queued += (total - sent) as u64;
             self.watch_out(&mut tx, true);
+        } else {
+            held.clear();
+            tx.cork = held;
         }
         Ok(())
     }
@@ -506,6 +525,7 @@ impl Conn {
             // Fails only for a socket already dropped from the set (dead).
             let _ = self.set.modify(&self.stream, &mut EpollEvent::new(events, self.token));
             tx.out_watched = on;
+            tx.interest_changes += 1;
         }
     }
 
@@ -524,12 +544,40 @@ impl Conn {
         }
     }
 
-    fn flush_locked(&self, tx: &mut Tx) -> Result<bool> {
-        if !tx.cork.is_empty() {
-            Self::queue_held(tx);
-            // Whatever the socket does not take now goes on EPOLLOUT.
-            self.watch_out(tx, true);
+    /// Held frames (batch.rs) leave.  With nothing queued before them they
+    /// go straight to the socket, and the set's interest changes only if
+    /// the socket does not take them all: adding EPOLLOUT first and dropping
+    /// it after was two epoll_ctl calls per progress pass that sent a FIN
+    /// or a read request (a 256 KiB stream's receiver made 2 per message).
+    fn send_held(&self, tx: &mut Tx) -> Result<()> {
+        if tx.cork.is_empty() {
+            return Ok(());
         }
+        if !tx.queue.is_empty() || !tx.urgent.is_empty() {
+            Self::queue_held(tx);
+            return Ok(());
+        }
+        let mut held = std::mem::take(&mut tx.cork);
+        let total = held.len();
+        let mut slices = [IoSlice::new(&held)];
+        let sent = self.write_now(&mut &mut slices[..], total)?;
+        if sent < total {
+            held.drain(..sent);
+            tx.queued += held.len() as u64;
+            // Held frames are whole frames: the rest starts one only if none went.
+            tx.queue.push_back(Item { q: Queued::Owned(held), starts_frame: sent == 0 });
+        } else {
+            // Keep the buffer for the next batch.
+            held.clear();
+            tx.cork = held;
+        }
+        Ok(())
+    }
+
+    /// Write what is queued while the socket takes it.  Whatever it does
+    /// not take waits for EPOLLOUT, which this asks for before returning.
+    fn flush_locked(&self, tx: &mut Tx) -> Result<bool> {
+        self.send_held(tx)?;
         loop {
             // At a frame boundary urgent frames go first.  One partly sent
             // becomes the queue's front, so it is finished before anything else.
@@ -546,7 +594,10 @@ impl Conn {
                             }
                             continue;
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            self.watch_out(tx, true);
+                            return Ok(false);
+                        }
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                         Err(_) => {
                             self.dead.store(true, Ordering::Release);
@@ -569,7 +620,10 @@ impl Conn {
                         tx.front_sent = 0;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.watch_out(tx, true);
+                    return Ok(false);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     self.dead.store(true, Ordering::Release);
@@ -830,6 +884,70 @@ mod tests {
         assert_eq!(available(&mut peer), frame_bytes(6, b"before a sleep"));
         drop(batch);
         assert!(!crate::batch::end_one(), "no batch is open any more");
+    }
+
+    #[test]
+    fn held_frames_leave_without_changing_the_sets_interest() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (mut peer, conn) = pair(&l);
+        let conn = Arc::new(conn);
+        for round in 0..3u8 {
+            let batch = crate::batch::begin();
+            let hdr = FrameHeader { len: 40, window: 0, tag: round, kind: frame::KIND_MESSAGE };
+            conn.send(hdr, &[&[round; 40]], u64::MAX).unwrap();
+            drop(batch);
+            assert_eq!(available(&mut peer), frame_bytes(round, &[round; 40]));
+        }
+        let tx = conn.tx.lock().unwrap();
+        assert_eq!(tx.interest_changes, 0, "EPOLLOUT was added and dropped for bytes the socket took at once");
+        assert!(tx.queue.is_empty() && !tx.out_watched);
+    }
+
+    #[test]
+    fn a_data_frame_behind_held_frames_that_does_not_fit_waits_for_epollout() {
+        use crate::remote_read::Exposures;
+        use std::io::Read;
+        const LEN: usize = 32 << 20;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (mut peer, conn) = pair(&l);
+        let conn = Arc::new(conn);
+        conn.set.add(&conn.stream, EpollEvent::new(CONN_EVENTS, conn.token)).unwrap();
+        let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 4093) as u8).collect();
+        let exposures = Exposures::default();
+        let key = exposures.expose(1, data.as_ptr() as u64, LEN as u64).unwrap();
+        let region = exposures.check(1, key, data.as_ptr() as u64, LEN as u64).unwrap();
+
+        // A FIN-sized frame held by the batch, then a read's data, larger
+        // than the socket takes while the peer reads nothing.
+        let batch = crate::batch::begin();
+        conn.send(FrameHeader { len: 40, window: 0, tag: 9, kind: frame::KIND_MESSAGE }, &[&[9; 40]], u64::MAX).unwrap();
+        let data_hdr = FrameHeader { len: LEN as u64, window: 5, tag: 0, kind: frame::KIND_READ_DATA };
+        conn.send_lent(data_hdr, &region, data.as_ptr(), LEN).unwrap();
+        drop(batch);
+        assert!(!conn.tx.lock().unwrap().queue.is_empty(), "the socket took 32 MiB at once");
+
+        let mut want = frame_bytes(9, &[9; 40]);
+        want.extend_from_slice(&data_hdr.encode());
+        let want_len = want.len() + LEN;
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0u8; want_len];
+            peer.read_exact(&mut got).unwrap();
+            got
+        });
+        // The rest goes out only as EPOLLOUT reports room (what progress does).
+        let mut events = [EpollEvent::empty(); 4];
+        while !conn.tx.lock().unwrap().queue.is_empty() {
+            let n = conn.set.wait(&mut events, 2000u16).unwrap();
+            assert!(n > 0, "queued bytes, and no EPOLLOUT asked for: they would wait forever");
+            if events[..n].iter().any(|e| e.events().contains(EpollFlags::EPOLLOUT)) {
+                conn.flush().unwrap();
+            }
+        }
+        let got = reader.join().unwrap();
+        assert_eq!(&got[..want.len()], &want[..], "held frame, then the data frame's header");
+        assert!(got[want.len()..] == data[..], "the data, in order");
+        drop(region);
+        assert!(exposures.unexpose(key, |r| conn.unlend(r)));
     }
 
     #[test]
