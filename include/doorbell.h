@@ -463,6 +463,16 @@ int doorbell_sendv(struct doorbell_endpoint *ep, uint32_t task, uint32_t window,
 int doorbell_progress(struct doorbell_endpoint *ep, uint32_t window, doorbell_recv_fn cb, void *ctx, struct doorbell_wake *wake);
 
 /*
+ Could doorbell_progress(ep, window) find anything now?  Returns 1 if it
+ may (messages, a notify, a peer event, queued sends to push, TCP
+ connections to poll), 0 if it certainly would not: a caller that polls
+ may skip the progress call (and a send batch around it) then.  Plain
+ loads, no lock, no syscall.  Errors: INVALID_ARGUMENT (NULL ep),
+ UNKNOWN_WINDOW.
+ */
+int doorbell_work_pending(const struct doorbell_endpoint *ep, uint32_t window);
+
+/*
  Like progress, but if nothing is there wait (mode DOORBELL_WAIT_*) for a
  message, a notify, a lost peer or `timeout_us` (< 0: no limit), then
  deliver.  While it sleeps, freed queue space wakes it to push this task's

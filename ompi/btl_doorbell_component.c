@@ -948,6 +948,18 @@ static int doorbell_component_progress(void)
         return 0;
     }
 
+    /* Most passes find nothing, and with more ranks than cores every
+     * rank's empty pass delays the others' turns.  One question to the core
+     * (plain loads, no lock) before the send batch and the full pass. */
+    if (0 == module->ncompleted && 0 == module->npending && 0 == module->nreads &&
+        0 == module->send_activity &&
+        0 == doorbell_work_pending(module->core, MCA_BTL_DOORBELL_WINDOW)) {
+        mca_btl_doorbell_idle_note_pass(module, 0);
+        opal_atomic_wmb();
+        module->progress_busy = 0;
+        return 0;
+    }
+
     /* The small control frames this pass sends (ob1's FIN per finished
      * read, read requests, ACKs) leave together at its end, one write per
      * connection, instead of one TCP trip each. */

@@ -202,7 +202,7 @@ impl Control {
     }
 
     pub fn header(&self) -> &ControlHeader {
-        self.seg.at(0)
+        self.fixed(0)
     }
 
     /// Windows open, clamped to MAX_WINDOWS: the count lives in shared
@@ -213,6 +213,24 @@ impl Control {
 
     pub fn window(&self, w: u32) -> &WindowSlot {
         assert!(w < MAX_WINDOWS);
-        self.seg.at(HEADER_BYTES + w as usize * std::mem::size_of::<WindowSlot>())
+        self.fixed(HEADER_BYTES + w as usize * std::mem::size_of::<WindowSlot>())
+    }
+
+    /// The header or a window slot, without `Segment::at`'s two checks on
+    /// every call: every progress pass reads them (work_check.rs), and
+    /// where they lie is fixed -- both inside the first CONTROL_BYTES
+    /// (asserted at compile time), which `create` and `open` made sure the
+    /// mapping holds.
+    fn fixed<T: ShmSafe>(&self, offset: usize) -> &T {
+        debug_assert!(offset + std::mem::size_of::<T>() <= CONTROL_BYTES.min(self.seg.len()));
+        debug_assert!(offset.is_multiple_of(std::mem::align_of::<T>()));
+        // SAFETY: the callers' offsets lie inside CONTROL_BYTES (the header
+        // at 0, slot w < MAX_WINDOWS at HEADER_BYTES + 64 w: compile-time
+        // assert above), the mapping is at least CONTROL_BYTES long
+        // (`create` makes it longer, `open` refuses a shorter file) and
+        // page-aligned, so each T (64-byte, 8-aligned) is in bounds and
+        // aligned; the mapping lives as long as `self.seg`.  T is ShmSafe,
+        // as for Segment::at.
+        unsafe { &*(self.seg.base().add(offset) as *const T) }
     }
 }

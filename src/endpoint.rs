@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::path::shm::WindowRx;
 use crate::path::tcp::Inbound;
 use crate::peers::Peer;
+use crate::queue::QueueRef;
 use crate::remote_read::{Exposures, ReadDone, ReadDst, Reads};
 use crate::sync::lock;
 use crate::sys;
@@ -71,6 +72,9 @@ pub(crate) struct WindowLocal {
     pub(crate) shm_received: GuardedCount,
     /// Remote reads that ended, for `reads_done` (remote_read.rs).
     pub(crate) reads_done: Mutex<Vec<ReadDone>>,
+    /// The window's queue, for reading its header without `rx`
+    /// (work_check.rs; None only if the control segment cannot hold it).
+    pub(crate) queue_view: Option<QueueRef>,
 }
 
 pub(crate) struct Inner {
@@ -173,12 +177,13 @@ impl Endpoint {
             secret: crate::handshake::random().map_err(|_| Error::Internal)?,
         };
         let rx_budget = RxBudget::new(cfg.max_backlog);
+        let windows = (0..MAX_WINDOWS).map(|w| WindowLocal { queue_view: control.queue(w).ok(), ..Default::default() }).collect();
         let inner = Arc::new(Inner {
             job_hash: cfg.job_hash(),
             cfg,
             me,
             control,
-            windows: (0..MAX_WINDOWS).map(|_| WindowLocal::default()).collect(),
+            windows,
             peers: TaskTable::default(),
             conns: Mutex::new(HashMap::new()),
             buf_pool: Arc::new(BufPool::default()),
@@ -272,6 +277,13 @@ impl Endpoint {
         self.inner.check_window(window)?;
         self.inner.check_flih()?;
         Ok(self.inner.progress(window, cb).outcome().unwrap_or(Woke::Message(0)))
+    }
+
+    /// Could `progress(window)` find anything now?  False only if it
+    /// certainly would not (work_check.rs): a caller may skip the pass.
+    pub fn may_have_work(&self, window: u32) -> Result<bool> {
+        self.inner.check_window(window)?;
+        Ok(self.inner.may_have_work(window))
     }
 
     pub fn wait(
@@ -472,6 +484,10 @@ impl Inner {
     /// One non-sleeping pass over a window: backlogs, the queue, TCP inbox,
     /// then (only if no message came) a peer event or a notify.
     pub(crate) fn progress(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Delivered {
+        // Most passes find nothing: ask first, with plain loads.
+        if !self.may_have_work(window) {
+            return Delivered::default();
+        }
         // Control frames the callbacks send leave together at its end.
         let _batch = crate::batch::begin();
         self.push_all_backlogs();

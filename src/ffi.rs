@@ -528,6 +528,21 @@ pub unsafe extern "C" fn doorbell_progress(
     })
 }
 
+/// Could doorbell_progress(ep, window) find anything now?  Returns 1 if it
+/// may (messages, a notify, a peer event, queued sends to push, TCP
+/// connections to poll), 0 if it certainly would not: a caller that polls
+/// may skip the progress call (and a send batch around it) then.  Plain
+/// loads, no lock, no syscall.  Errors: INVALID_ARGUMENT (NULL ep),
+/// UNKNOWN_WINDOW.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_work_pending(ep: *const doorbell_endpoint, window: u32) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        Ok(c_int::from(ep.may_have_work(window)?))
+    })
+}
+
 /// Like progress, but if nothing is there wait (mode DOORBELL_WAIT_*) for a
 /// message, a notify, a lost peer or `timeout_us` (< 0: no limit), then
 /// deliver.  While it sleeps, freed queue space wakes it to push this task's

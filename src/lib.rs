@@ -68,6 +68,8 @@ mod tcp;
 mod try_lock;
 #[cfg(not(loom))]
 mod wait;
+#[cfg(not(loom))]
+mod work_check;
 // The public Rust API: an endpoint, its configuration, what a wait reports,
 // errors, and the two values it hands out (its address blob, its counters).
 // Everything else is crate-private; the C ABI (`ffi`) is exported by symbol.

@@ -177,6 +177,19 @@ impl QueueRef {
         unsafe { word_at(self.data(), self.offset(pos)) }
     }
 
+    /// Anything unread, or a sender waiting for room?  Read from the
+    /// header, without the consumer: the consumer's position is `head`
+    /// (it stores it after every record, R2), so this is its `has_data`
+    /// and `any_waiting`, for a caller that does not hold it.  `head` is
+    /// masked to a record boundary, since a broken peer may write any
+    /// value into the header (then the answer may be wrong, never unsound).
+    pub fn unread_or_waiting(&self) -> bool {
+        let h = self.hdr();
+        let head = h.head.load(Ordering::Acquire) & !(ALIGN - 1);
+        // SYNC POINT R1 (consumer side), as in QueueConsumer::has_data.
+        self.word(head).load(Ordering::Acquire) != 0 || h.any_waiting.load(Ordering::Relaxed) != 0
+    }
+
     /// The pid sender `task` stored (0: none yet).
     pub fn sender_pid(&self, task: u32) -> u32 {
         self.hdr().pids.get(task as usize).map_or(0, |p| p.load(Ordering::Acquire))

@@ -18,6 +18,7 @@ SCALARS = [  # metric, label, unit, format
     ("listener_cpu", "listener thread CPU", "% core", "{:.1f}"),
     ("barrier", "8-rank MPI_Barrier", "us", "{:.1f}"),
     ("allreduce", "8-rank 8 B MPI_Allreduce", "us", "{:.1f}"),
+    ("empty_pass_ns", "empty progress pass (MPI_Test)", "ns", "{:.1f}"),
 ]
 
 

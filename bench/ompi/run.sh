@@ -15,7 +15,7 @@
 #   MODE=single     (default) one node: self,vader | self,tcp | self,doorbell |
 #                   self,doorbell + btl_doorbell_force_tcp 1; latency, one-way
 #                   and two-way bandwidth, idle CPU, listener thread, 8-rank
-#                   barrier/allreduce
+#                   barrier/allreduce, the time of an empty progress pass
 #   MODE=twonode    two nodes, one rank each (--map-by node): self,vader,tcp vs
 #                   doorbell with btl_doorbell_wait_mode poll|adaptive|block;
 #                   latency, bandwidth, idle CPU.  Put the hosts in MPIRUN_EXTRA,
@@ -50,7 +50,7 @@ single)
     mca[doorbell]="--mca btl self,doorbell --mca btl_doorbell_if_include lo"
     mca[doorbell_tcp]="--mca btl self,doorbell --mca btl_doorbell_force_tcp 1 --mca btl_doorbell_if_include lo"
     default_transports="vader tcp doorbell doorbell_tcp"
-    benches="pingpong idle listener coll"
+    benches="pingpong idle listener coll empty_pass"
     placement=()
     ;;
 twonode)
@@ -120,10 +120,10 @@ quick_arg=()
 
 # Per-run wall-clock limits (seconds): generous for a healthy transport,
 # bounded for a hung one.
-declare -A limit=([pingpong]=120 [idle]=45 [listener]=60 [coll]=90)
+declare -A limit=([pingpong]=120 [idle]=45 [listener]=60 [coll]=90 [empty_pass]=60)
 # RESULT metrics a run must produce to count as complete.
 declare -A expect=([pingpong]="lat bw bibw" [idle]="idle_cpu" [listener]="listener_slowdown"
-                   [coll]="barrier allreduce")
+                   [coll]="barrier allreduce" [empty_pass]="empty_pass_ns")
 
 passed=0
 failed=0

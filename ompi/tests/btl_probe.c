@@ -7,6 +7,10 @@
  *                        MPI_Test calls and print the slowest MPI_Test
  *   btl_probe bigpong N  ranks 0 and 1 swap a 1 MiB message N times (RGET:
  *                        each wait lasts one ~100 us copy), checked
+ *   btl_probe empty N    rank 0 calls MPI_Test N times on a receive nobody
+ *                        answers yet (N empty progress passes), then rank 1
+ *                        answers it (checked); run under callgrind to count
+ *                        what an empty pass costs
  *   btl_probe die        rank 0 kills itself (SIGKILL) while the others wait
  *                        in MPI_Recv: the job must end, it must not hang
  * Exit status 0 only if every check passed. */
@@ -126,6 +130,36 @@ int main(int argc, char **argv)
         }
         free(b);
         printf("probe bigpong: rank %d %d swaps %s\n", rank, iters, bad ? "CORRUPT" : "ok");
+    } else if (0 == strcmp(mode, "empty")) {
+        long n = argc > 2 ? atol(argv[2]) : 100000;
+        int x = 0, flag = 0;
+        /* a real program's peers have talked: vader, for one, then polls
+         * a fast box per peer it received from */
+        for (int i = 0; i < 20 && size > 1 && rank < 2; ++i) {
+            if (0 == rank) {
+                MPI_Send(&x, 1, MPI_INT, 1, 10, MPI_COMM_WORLD);
+                MPI_Recv(&x, 1, MPI_INT, 1, 10, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Recv(&x, 1, MPI_INT, 0, 10, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(&x, 1, MPI_INT, 0, 10, MPI_COMM_WORLD);
+            }
+        }
+        if (0 == rank) {
+            MPI_Request req;
+            MPI_Irecv(&x, 1, MPI_INT, 1, 8, MPI_COMM_WORLD, &req);
+            for (long i = 0; i < n && !flag; ++i) {
+                MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+            }
+            bad |= flag; /* nobody had answered yet */
+            MPI_Send(&x, 1, MPI_INT, 1, 9, MPI_COMM_WORLD);
+            MPI_Wait(&req, MPI_STATUS_IGNORE);
+            bad |= 43 != x;
+            printf("probe empty: rank 0 %ld tests %s\n", n, bad ? "FAIL" : "ok");
+        } else if (1 == rank) {
+            MPI_Recv(&x, 1, MPI_INT, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            x = 43;
+            MPI_Send(&x, 1, MPI_INT, 0, 8, MPI_COMM_WORLD);
+        }
     } else if (0 == strcmp(mode, "die")) {
         int x = 0;
         MPI_Barrier(MPI_COMM_WORLD);
