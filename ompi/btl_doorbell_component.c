@@ -932,33 +932,13 @@ void mca_btl_doorbell_core_error(mca_btl_doorbell_module_t *module, int rc, cons
     }
 }
 
-static int doorbell_component_progress(void)
+/* The pass proper: the send batch, deferred completions and refused sends,
+ * the core's progress, reads.  Called with progress_busy held; releases it.
+ * Out of line, so the empty pass (below) sets up no frame for it. */
+static __attribute__((noinline)) int full_pass(mca_btl_doorbell_module_t *module)
 {
-    mca_btl_doorbell_module_t *module = mca_btl_doorbell_component.module;
     doorbell_wake wake = {0, 0};
     int count = 0, rc;
-
-    if (OPAL_UNLIKELY(NULL == module || NULL == module->core)) {
-        return 0;
-    }
-    /* The core progresses a window from one thread at a time, and so does
-     * the idle point's bookkeeping.  Without threads there is no other
-     * caller, and the locked swap (on every poll) is skipped. */
-    if (opal_using_threads() && opal_atomic_swap_32(&module->progress_busy, 1)) {
-        return 0;
-    }
-
-    /* Most passes find nothing, and with more ranks than cores every
-     * rank's empty pass delays the others' turns.  One question to the core
-     * (plain loads, no lock) before the send batch and the full pass. */
-    if (0 == module->ncompleted && 0 == module->npending && 0 == module->nreads &&
-        0 == module->send_activity &&
-        0 == doorbell_work_pending(module->core, MCA_BTL_DOORBELL_WINDOW)) {
-        mca_btl_doorbell_idle_note_pass(module, 0);
-        opal_atomic_wmb();
-        module->progress_busy = 0;
-        return 0;
-    }
 
     /* The small control frames this pass sends (ob1's FIN per finished
      * read, read requests, ACKs) leave together at its end, one write per
@@ -1005,4 +985,32 @@ static int doorbell_component_progress(void)
     opal_atomic_wmb();
     module->progress_busy = 0;
     return count;
+}
+
+static int doorbell_component_progress(void)
+{
+    mca_btl_doorbell_module_t *module = mca_btl_doorbell_component.module;
+
+    if (OPAL_UNLIKELY(NULL == module || NULL == module->core)) {
+        return 0;
+    }
+    /* The core progresses a window from one thread at a time, and so does
+     * the idle point's bookkeeping.  Without threads there is no other
+     * caller, and the locked swap (on every poll) is skipped. */
+    if (opal_using_threads() && opal_atomic_swap_32(&module->progress_busy, 1)) {
+        return 0;
+    }
+
+    /* Most passes find nothing, and with more ranks than cores every
+     * rank's empty pass delays the others' turns.  One question to the core
+     * (plain loads, no lock) before the send batch and the full pass. */
+    if (0 == module->ncompleted && 0 == module->npending && 0 == module->nreads &&
+        0 == module->send_activity &&
+        0 == doorbell_work_pending(module->core, MCA_BTL_DOORBELL_WINDOW)) {
+        mca_btl_doorbell_idle_note_pass(module, 0);
+        opal_atomic_wmb();
+        module->progress_busy = 0;
+        return 0;
+    }
+    return full_pass(module);
 }
