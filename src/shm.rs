@@ -276,6 +276,19 @@ impl Segment {
         self.map.len()
     }
 
+    /// Map the pages of bytes `off..off + len` (reserved ones: on a hole
+    /// this would allocate) into this process now.  A queue's first lap
+    /// otherwise takes a page fault every 4 KiB on each side: a short
+    /// stream of 1-byte messages ran at 0.79x vader's rate cold, 1.10x
+    /// warm.  Best effort (MADV_POPULATE_WRITE is Linux 5.14): without it
+    /// the first lap is only slower.
+    pub fn populate(&self, off: usize, len: usize) {
+        #[cfg(not(miri))]
+        let _ = self.map.advise_range(memmap2::Advice::PopulateWrite, off, len);
+        #[cfg(miri)]
+        let _ = (off, len);
+    }
+
     /// The one pointer through which the mapping is read and written.
     pub fn base(&self) -> *mut u8 {
         self.map.as_mut_ptr()

@@ -113,6 +113,7 @@ impl Inner {
         if tx.queues[window as usize].is_none() {
             let id = BulkId { dir: self.cfg.shm_dir.clone(), job: self.cfg.job.clone(), src: self.cfg.task, dst: p.task, window };
             let prod = QueueProducer::new(ctl.queue(window)?, id, std::process::id(), self.cfg.bulk_max)?;
+            ctl.populate_queue(window);
             let _ = p.writers[window as usize].set(prod.writer().clone());
             tx.queues[window as usize] = Some(prod);
         }
