@@ -24,24 +24,11 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    int rank;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    require_size(2);
-    report_placement();
+    int rank = pair_init(&argc, &argv);
     long calls = has_flag(argc, argv, "-q") ? 100000 : 1000000;
 
-    /* Warm up: the pair's path is set up, and the first-message work done. */
     uint64_t msg = 0;
-    for (int i = 0; i < 20; i++) {
-        if (rank == 0) {
-            MPI_Send(&msg, 1, MPI_UINT64_T, 1, 0, MPI_COMM_WORLD);
-            MPI_Recv(&msg, 1, MPI_UINT64_T, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        } else {
-            MPI_Recv(&msg, 1, MPI_UINT64_T, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            MPI_Send(&msg, 1, MPI_UINT64_T, 0, 0, MPI_COMM_WORLD);
-        }
-    }
+    pair_warm_up(rank);
 
     if (rank == 0) {
         double ns[5];

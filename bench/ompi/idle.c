@@ -14,25 +14,11 @@
 
 int main(int argc, char **argv)
 {
-    int rank;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    require_size(2);
+    int rank = pair_init(&argc, &argv);
     double idle = has_flag(argc, argv, "-q") ? 1.0 : 3.0;
-    report_placement();
 
-    /* Warm up: lazily connecting transports (tcp) set up their connection
-     * here, not inside the measured receive. */
     uint64_t msg = 0;
-    for (int i = 0; i < 20; i++) {
-        if (rank == 0) {
-            MPI_Send(&msg, 1, MPI_UINT64_T, 1, 0, MPI_COMM_WORLD);
-            MPI_Recv(&msg, 1, MPI_UINT64_T, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        } else {
-            MPI_Recv(&msg, 1, MPI_UINT64_T, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            MPI_Send(&msg, 1, MPI_UINT64_T, 0, 0, MPI_COMM_WORLD);
-        }
-    }
+    pair_warm_up(rank);
     MPI_Barrier(MPI_COMM_WORLD);
 
     if (rank == 0) {

@@ -17,11 +17,7 @@
 
 int main(int argc, char **argv)
 {
-    int rank;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    require_size(2);
-    report_placement();
+    int rank = pair_init(&argc, &argv);
     long n = has_flag(argc, argv, "-q") ? 2000 : 20000;
     uint64_t x = 0;
     double rt = 0;
