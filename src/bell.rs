@@ -33,7 +33,10 @@
 //! runs a full barrier on every CPU that runs a registered process (a
 //! context switch is one for those that do not run).  For each light
 //! sender, either its publish comes before that barrier, and the re-check
-//! sees it, or its ARMED load comes after it, and sees the arm.  Both ends
+//! sees it, or its ARMED load comes after it, and sees the arm.  That needs
+//! the publish before the load in the sender's instruction stream: a
+//! compiler fence keeps it there (the CPU then keeps program order at an
+//! interrupt).  Both ends
 //! must agree: the receiver says it makes the heavy barrier
 //! (ControlHeader::light_rings), and a sender rings lightly only if it
 //! does and its own process is registered (`asymmetric`).  Loom has no
@@ -110,6 +113,11 @@ pub fn ring<P: Parker>(parker: &P, word: &AtomicU32) -> Rang {
 /// registered (`asymmetric`): `ring` without the fence.
 #[cfg(not(loom))]
 pub fn ring_light<P: Parker>(parker: &P, word: &AtomicU32) -> Rang {
+    // The light side's barrier is a compiler one: without it the compiler
+    // may move this Relaxed load above the publish (a Release store orders
+    // only what comes before it), and a membarrier between the two then
+    // orders nothing.  (The lock-step test lost 1 of 20,000 rounds so.)
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
     if word.load(Ordering::Relaxed) & ARMED == 0 {
         return Rang::Skipped;
     }
