@@ -403,23 +403,16 @@ impl Inner {
 
     /// The SLIH: wake (control's) window if it sleeps.  No syscall if awake.
     pub(crate) fn ring_bell(&self, ctl: &Control, window: u32) {
-        if let Rang::Skipped = self.ring_bell_quiet(ctl, window) {
+        if let Rang::Skipped = self.ring_bell_quiet(ctl, window, false) {
             bump(&self.counters.notifies_skipped);
         }
     }
 
-    /// ring_bell, leaving a skip for the caller to count.
-    pub(crate) fn ring_bell_quiet(&self, ctl: &Control, window: u32) -> Rang {
-        let r = bell::ring(&self.parker, &ctl.window(window).bell);
-        if let Rang::Woken = r {
-            bump(&self.counters.notifies_sent);
-        }
-        r
-    }
-
-    /// ring_bell_quiet without the fence, where `ctl.rings_light()` (bell.rs).
-    pub(crate) fn ring_bell_light(&self, ctl: &Control, window: u32) -> Rang {
-        let r = bell::ring_light(&self.parker, &ctl.window(window).bell);
+    /// ring_bell, leaving a skip for the caller to count; `light`: without
+    /// the fence, only where `ctl.rings_light()` (bell.rs).
+    pub(crate) fn ring_bell_quiet(&self, ctl: &Control, window: u32, light: bool) -> Rang {
+        let word = &ctl.window(window).bell;
+        let r = if light { bell::ring_light(&self.parker, word) } else { bell::ring(&self.parker, word) };
         if let Rang::Woken = r {
             bump(&self.counters.notifies_sent);
         }

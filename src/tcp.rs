@@ -492,7 +492,7 @@ impl Conn {
             }
             return self.flush_locked(&mut tx).map(|_| ());
         }
-        let mut held = std::mem::take(&mut tx.cork);
+        let held = std::mem::take(&mut tx.cork);
         let whole = lent(0);
         let parts = [&held[..], &head[..], whole.bytes()];
         let mut slices = [IoSlice::new(&[]); 3];
@@ -505,13 +505,11 @@ impl Conn {
         let sent = self.write_now(&mut &mut slices[..k], total);
         drop(whole);
         let sent = sent?;
+        let held_len = held.len();
+        // What is left, in order: held frames, then the header, then the data.
+        Self::requeue_held(&mut tx, held, sent);
         if sent < total {
-            // What is left, in order: held frames, then the header, then the data.
-            let head_sent = sent.saturating_sub(held.len());
-            if sent < held.len() {
-                held.drain(..sent);
-                tx.queue.push_back(Item { q: Queued::Owned(held), starts_frame: sent == 0 });
-            }
+            let head_sent = sent.saturating_sub(held_len);
             if head_sent < FRAME_HEADER {
                 tx.queue.push_back(Item { q: Queued::Owned(head[head_sent..].to_vec()), starts_frame: head_sent == 0 });
             }
@@ -521,9 +519,6 @@ impl Conn {
             }
             tx.queued += (total - sent) as u64;
             self.watch_out(&mut tx, true);
-        } else {
-            held.clear();
-            tx.cork = held;
         }
         Ok(())
     }
@@ -581,21 +576,27 @@ impl Conn {
             Self::queue_held(tx);
             return Ok(());
         }
-        let mut held = std::mem::take(&mut tx.cork);
+        let held = std::mem::take(&mut tx.cork);
         let total = held.len();
         let mut slices = [IoSlice::new(&held)];
         let sent = self.write_now(&mut &mut slices[..], total)?;
-        if sent < total {
+        tx.queued += (total - sent) as u64;
+        Self::requeue_held(tx, held, sent);
+        Ok(())
+    }
+
+    /// After a write that began with the held frames `held` and sent
+    /// `sent` bytes: what is left of them joins the queue; a buffer sent
+    /// whole goes back to `cork` for the next batch.
+    fn requeue_held(tx: &mut Tx, mut held: Vec<u8>, sent: usize) {
+        if sent < held.len() {
             held.drain(..sent);
-            tx.queued += held.len() as u64;
             // Held frames are whole frames: the rest starts one only if none went.
             tx.queue.push_back(Item { q: Queued::Owned(held), starts_frame: sent == 0 });
         } else {
-            // Keep the buffer for the next batch.
             held.clear();
             tx.cork = held;
         }
-        Ok(())
     }
 
     /// Write what is queued while the socket takes it.  Whatever it does

@@ -72,16 +72,10 @@ impl Stall {
 impl Inner {
     /// The re-check after arming: is anything waiting for this window?
     pub(crate) fn has_work(&self, window: u32) -> bool {
-        let w = &self.windows[window as usize];
-        let slot = self.control.window(window);
-        if slot.notified.load(Ordering::Relaxed) != 0
-            || w.inbox_ready.load(Ordering::Acquire)
-            || w.peer_events_ready.load(Ordering::Acquire)
-            || self.flih_failed.load(Ordering::Acquire)
-        {
+        if self.window_flagged(window) {
             return true;
         }
-        let queue_data = match w.rx.try_lock() {
+        let queue_data = match self.windows[window as usize].rx.try_lock() {
             // A sender waiting for room counts too (queue.rs SYNC POINT Q2).
             Some(rx) => rx.has_data() || rx.any_waiting(),
             // Another thread is progressing this window: don't sleep on it.

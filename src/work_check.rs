@@ -19,19 +19,21 @@ impl Inner {
     /// Could a progress pass over `window` (an open window) deliver,
     /// report or push anything now?
     pub(crate) fn may_have_work(&self, window: u32) -> bool {
-        let w = &self.windows[window as usize];
-        let slot = self.control.window(window);
-        if self.backlog_msgs.load(Ordering::Relaxed) != 0
+        self.backlog_msgs.load(Ordering::Relaxed) != 0
             // TCP connections are polled (epoll_wait) by every pass: a
             // packet there raises no flag until the FLIH is armed.
             || self.conn_count.load(Ordering::Relaxed) != 0
+            || self.window_flagged(window)
+            || self.windows[window as usize].queue_view.as_ref().is_none_or(QueueRef::unread_or_waiting)
+    }
+
+    /// The window's flags: a notify, the TCP inbox, a peer event, or the
+    /// FLIH's failure (also what `has_work` asks before it sleeps).
+    pub(crate) fn window_flagged(&self, window: u32) -> bool {
+        let w = &self.windows[window as usize];
+        self.control.window(window).notified.load(Ordering::Relaxed) != 0
             || w.inbox_ready.load(Ordering::Acquire)
             || w.peer_events_ready.load(Ordering::Acquire)
-            || slot.notified.load(Ordering::Relaxed) != 0
-            || self.flih_failed.load(Ordering::Relaxed)
-        {
-            return true;
-        }
-        w.queue_view.as_ref().is_none_or(QueueRef::unread_or_waiting)
+            || self.flih_failed.load(Ordering::Acquire)
     }
 }

@@ -100,11 +100,7 @@ impl Inner {
         if self.backlog_msgs.load(Ordering::Relaxed) == 0 {
             if let Some(w) = p.writers[window as usize].get() {
                 let light = ctl.rings_light();
-                let mut ring = || {
-                    let rang = if light { self.ring_bell_light(ctl, window) } else { self.ring_bell_quiet(ctl, window) };
-                    matches!(rang, Rang::Skipped)
-                };
-                if w.write_whole(tag, &g, &mut ring) {
+                if w.write_whole(tag, &g, &mut || matches!(self.ring_bell_quiet(ctl, window, light), Rang::Skipped)) {
                     return Ok(());
                 }
             }
@@ -172,7 +168,7 @@ impl Inner {
         }
         p.shm_sent.add(1);
         // Rung under `tx` so the skip is counted without a locked add.
-        if let Rang::Skipped = self.ring_bell_quiet(ctl, window) {
+        if let Rang::Skipped = self.ring_bell_quiet(ctl, window, false) {
             p.notifies_skipped.add(1);
         }
         drop(tx);
