@@ -25,6 +25,10 @@ BEGIN_C_DECLS
 /* All traffic uses window 0, which doorbell_endpoint_create opens. */
 #define MCA_BTL_DOORBELL_WINDOW 0
 
+/* doorbell_peer_path's answers: a peer over shared memory or over TCP. */
+#define MCA_BTL_DOORBELL_PATH_SHM 1
+#define MCA_BTL_DOORBELL_PATH_TCP 2
+
 /* Progress calls closer together than this are a wait loop (MPI_Wait,
  * MPI_Recv, a tight MPI_Test loop); farther apart, the caller computes
  * between calls and must never be held up. */
@@ -136,7 +140,7 @@ typedef struct mca_btl_doorbell_module_t {
     bool sleep_allowed;               /* false if another BTL needs our progress loop */
     bool finalizing;
     unsigned int idle_sleeps;         /* consecutive idle sleeps: the next is 2^n times longer */
-    unsigned int paths_seen;          /* bit 1: a shm peer, bit 2: a tcp peer */
+    unsigned int paths_seen;          /* bit PATH_SHM: a shm peer, bit PATH_TCP: a tcp peer */
     int last_path;                    /* path of the last message delivered */
     uint64_t rx_shm, rx_tcp;          /* core counters at the last wait's end */
     mca_btl_doorbell_spin_learner_t learner[3]; /* per path (1 shm, 2 tcp) */

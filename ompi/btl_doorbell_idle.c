@@ -71,8 +71,8 @@ extern bool ompi_mpi_yield_when_idle __attribute__((weak));
 #define SPIN_PAYS_NS 50000ull
 #define PROBE_GAP_MIN 16
 #define PROBE_GAP_MAX 1024
-#define PATH_SHM 1
-#define PATH_TCP 2
+#define PATH_SHM MCA_BTL_DOORBELL_PATH_SHM
+#define PATH_TCP MCA_BTL_DOORBELL_PATH_TCP
 
 static bool idle_hooked;        /* sched_yield of libopen-pal is ours */
 static bool late_hooks_done;    /* second pass over components loaded after init */

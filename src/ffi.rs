@@ -448,6 +448,26 @@ pub unsafe extern "C" fn doorbell_sendv(
         if iovcnt > 1024 || (iov.is_null() && iovcnt > 0) {
             return Err(Error::InvalidArgument);
         }
+        if iovcnt <= 2 {
+            // The common case, an MPI header and its payload: no part array.
+            let piece = |i: usize| -> Result<&[u8], Error> {
+                if i >= iovcnt {
+                    return Ok(&[]);
+                }
+                // SAFETY: `iov` points at `iovcnt` entries (checked above).
+                let v = unsafe { &*iov.add(i) };
+                match (v.base.is_null(), v.len) {
+                    (_, 0) => Ok(&[]),
+                    (true, _) => Err(Error::InvalidArgument),
+                    // Before touching memory: (size_t)-1 must not become a slice.
+                    (false, n) if n > isize::MAX as usize / 2 => Err(Error::BadLength),
+                    // SAFETY: `len` readable bytes at `base` (contract).
+                    (false, n) => Ok(unsafe { std::slice::from_raw_parts(v.base as *const u8, n) }),
+                }
+            };
+            ep.send_small(task, window, tag, piece(0)?, piece(1)?)?;
+            return Ok(DOORBELL_OK);
+        }
         // SAFETY: `iov` points at `iovcnt` entries (checked non-null above).
         let iov = if iovcnt == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(iov, iovcnt) } };
         let mut total: u64 = 0;

@@ -82,6 +82,32 @@ impl WindowRx {
 }
 
 impl Inner {
+    /// send() of a message in two pieces (an MPI header and its payload):
+    /// a small one to a local peer whose queue we already write goes
+    /// straight into it (QueueWriter::write_small), with send_local's
+    /// checks and nothing else; every other case, and every error, is
+    /// send()'s.
+    pub(crate) fn send_small(&self, task: u32, window: u32, tag: u8, a: &[u8], b: &[u8]) -> Result<()> {
+        if let Some(p) = self.peers.get(task) {
+            if p.local
+                && window < MAX_WINDOWS
+                && self.backlog_msgs.load(Ordering::Relaxed) == 0
+                && !p.lost.load(Ordering::Acquire)
+            {
+                if let (Some(ctl), Some(w)) = (p.control.get(), p.writers[window as usize].get()) {
+                    if window < ctl.windows_open() && ctl.header().closed.load(Ordering::Acquire) == 0 {
+                        let light = ctl.rings_light();
+                        let mut ring = || matches!(self.ring_bell_quiet(ctl, window, light), Rang::Skipped);
+                        if w.write_small(tag, a, b, &mut ring) {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        }
+        self.send(task, window, tag, &[a, b])
+    }
+
     pub(crate) fn send_local(&self, p: &Peer, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
         let ctl = self.peer_control(p)?;
         let h = ctl.header();
