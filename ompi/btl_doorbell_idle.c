@@ -280,7 +280,11 @@ void mca_btl_doorbell_idle_note_pass(mca_btl_doorbell_module_t *m, int events)
              * so there is nothing to learn, and no clock to read at the
              * end of every wait) */
             uint64_t pays = PATH_TCP == m->spin_path ? SPIN_PAYS_NS : m->spin_ns;
-            if (mca_btl_doorbell_now_ns() - m->idle_since_ns <= pays) {
+            /* The clock as the idle point last read it, at most CLOCK_EVERY
+             * passes (a few us) ago against a budget of tens of us or more:
+             * reading it here would sit between the message and the return
+             * of the MPI call that waited for it. */
+            if (m->last_idle_ns - m->idle_since_ns <= pays) {
                 spin_paid(m);
             } else {
                 spin_vain(m);
