@@ -40,7 +40,11 @@
 //! stays in a few hot cache lines and pages instead of walking the whole
 //! ring (each fresh line a cache miss, each fresh page a fault: 20-30% of
 //! an 8-byte MPI latency in short runs).  The writer looks at `head` for
-//! this once per HOT_BYTES written, not per message.  The ring's atomics:
+//! this once per HOT_BYTES written, not per message, and once past the hot
+//! start every HOT_BYTES / 16.  The hot start is 64 KiB, not a few lines,
+//! because a rewind leaves the writer only the bytes before the pad until
+//! the reader passes it: a burst bigger than that (an all-to-all round of
+//! 2 KiB messages at 8 ranks) found the queue full.  The ring's atomics:
 //!
 //! - SYNC POINT R1: producer writes the payload and zeroes the next header
 //!   word, then stores the record's header word (Release); consumer loads
@@ -63,8 +67,9 @@ pub(crate) const LEN_MAX: u64 = (1 << 20) - 1;
 pub(crate) const TOTAL_BYTES: u64 = 8;
 /// Largest reassembly buffer a consumer keeps for the next message.
 pub(crate) const SPARE_MAX: usize = 16 << 20;
-/// The part of the ring a trickle of small messages cycles through.
-pub(crate) const HOT_BYTES: u64 = 4096;
+/// The part of the ring a trickle of small messages cycles through, and
+/// the room a burst has right after a rewind (see above).
+pub(crate) const HOT_BYTES: u64 = 65536;
 /// A large message is not cut into chunks smaller than this.
 pub(crate) const MIN_CHUNK: u64 = 256;
 
