@@ -123,10 +123,23 @@ fn bit(task: u32) -> (usize, u64) {
 /// Where one queue lies: a segment, the header's offset, the data size.
 #[derive(Clone)]
 pub struct QueueRef {
+    /// Keeps the mapping (and so `hdr_at`) alive.
+    #[cfg_attr(not(any(test, feature = "fuzzing")), allow(dead_code))]
     seg: Arc<Segment>,
-    at: usize,
     cap: u64,
+    /// The header's address (`seg`'s mapping + `at`), kept here: through
+    /// `seg` it was one more dependent load, a cache miss after a context
+    /// switch, on every send and every progress call.
+    hdr_at: std::ptr::NonNull<u8>,
 }
+
+// SAFETY: `hdr_at` points into the mapping that `seg` (shared, Send and
+// Sync) keeps alive and never moves; everything reached through it is
+// atomics or bytes written under the queue's own protocol, as through
+// `seg` itself.
+unsafe impl Send for QueueRef {}
+// SAFETY: as above.
+unsafe impl Sync for QueueRef {}
 
 impl QueueRef {
     /// The queue whose header is at `at` in `seg`, followed by `cap` data
@@ -139,7 +152,9 @@ impl QueueRef {
         if !fits {
             return Err(Error::Shm);
         }
-        Ok(QueueRef { seg, at, cap })
+        // Inside the mapping (checked above), so never null.
+        let hdr_at = std::ptr::NonNull::new(seg.base().wrapping_add(at)).ok_or(Error::Shm)?;
+        Ok(QueueRef { seg, cap, hdr_at })
     }
 
     /// Bytes a queue of `cap` data bytes takes.
@@ -155,13 +170,14 @@ impl QueueRef {
         // == 0 (the mapping is page-aligned), so the header is in bounds
         // and aligned; QueueHeader is ShmSafe (any bytes a peer left are a
         // valid value, shared fields are atomics); the mapping lives as
-        // long as `self.seg`, which outlives the reference.
-        unsafe { &*(self.seg.base().add(self.at) as *const QueueHeader) }
+        // long as `self.seg`, which outlives the reference.  `hdr_at` is
+        // that address (new).
+        unsafe { &*(self.hdr_at.as_ptr() as *const QueueHeader) }
     }
 
     fn data(&self) -> *mut u8 {
         // SAFETY: new() checked at + QUEUE_HEADER_BYTES + cap <= len.
-        unsafe { self.seg.base().add(self.at + QUEUE_HEADER_BYTES) }
+        unsafe { self.hdr_at.as_ptr().add(QUEUE_HEADER_BYTES) }
     }
 
     /// Offset of byte position `pos` in the data area: a mask, not a
