@@ -118,6 +118,10 @@ pub(crate) struct Inner {
     pub(crate) pid_polls_pending: AtomicUsize,
     pub(crate) pid_poll_kick: EventFd,
     pub(crate) listener: TcpListener,
+    /// The system's congestion control, given back to accepted connections
+    /// from other hosts (the listener hands out reno: congestion.rs); None
+    /// if the listener could not be set.
+    pub(crate) accepted_default_congestion: Option<std::ffi::OsString>,
     pub(crate) counters: Counters,
     /// Messages queued in peers' backlogs (a fast "anything to push?";
     /// counted in messages, since a zero-length message has no bytes).
@@ -160,6 +164,7 @@ impl Endpoint {
         let ip = cfg.pick_address()?;
         let listener = bind(ip, cfg.port_min, cfg.port_max)?;
         listener.set_nonblocking(true).map_err(|_| Error::Network)?;
+        let accepted_default_congestion = crate::congestion::listen_same_host(&listener);
         let port = listener.local_addr().map_err(|_| Error::Network)?.port();
         crate::shm::reap_dead_tasks(&cfg.shm_dir);
         let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers, cfg.ring_bytes)?;
@@ -206,6 +211,7 @@ impl Endpoint {
             pid_polls_pending: AtomicUsize::new(0),
             pid_poll_kick,
             listener,
+            accepted_default_congestion,
             counters: Counters::default(),
             backlog_msgs: AtomicU64::new(0),
             backlog_bytes: AtomicU64::new(0),

@@ -119,6 +119,9 @@ fn accept_all(inner: &Inner, pending: &mut PendingSet) -> Result<(), ()> {
                 reject(inner, old);
             }
         }
+        if let Some(default) = &inner.accepted_default_congestion {
+            crate::congestion::fit(&stream, default);
+        }
         let Ok(nonce) = handshake::random::<{ handshake::NONCE_BYTES }>() else { continue };
         let challenge = handshake::challenge(inner.cfg.task, &nonce);
         // A fresh socket's send buffer takes 32 bytes whole.

@@ -22,6 +22,8 @@ mod buf_pool;
 #[cfg(not(loom))]
 mod config;
 #[cfg(not(loom))]
+mod congestion;
+#[cfg(not(loom))]
 mod control;
 #[cfg(not(loom))]
 mod counters;

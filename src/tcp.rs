@@ -22,11 +22,9 @@ use crate::error::{Error, Result};
 use crate::frame::{self, FrameHeader, FRAME_HEADER};
 use crate::remote_read::{ReadDst, ReadRequest, Region};
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
-use nix::sys::socket::sockopt;
-use std::ffi::OsString;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
-use std::net::{IpAddr, TcpStream};
+use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -51,24 +49,6 @@ const INLINE_PARTS: usize = 8;
 const HOLD_FRAME: usize = 256;
 /// Held bytes of one connection beyond which the next frame goes at once.
 const HOLD_BYTES: usize = 16 * 1024;
-
-/// Congestion control of a connection between two tasks on one host.
-///
-/// The system's default may pace (bbr does, by a timer per connection when
-/// the interface has no fq qdisc, as lo never has): every burst larger than
-/// its pacing quantum leaves in timer interrupts.  Over loopback there is no
-/// link to pace for, only the timers' cost: a force_tcp 256 KiB stream
-/// under bbr armed a pacing timer 1.2 times per message (btl tcp 0.65),
-/// and its sender spent 2.4x btl tcp's time in tcp_write_xmit for the same
-/// bytes.  Reno does not pace and is always built in; connections to
-/// other hosts keep the system's choice.
-const SAME_HOST_CONGESTION: &str = "reno";
-
-/// Whether a connection from `me` to `peer` stays on this host (loopback,
-/// or our own address: the kernel routes both through lo).
-fn same_host(me: IpAddr, peer: IpAddr) -> bool {
-    peer.is_loopback() || peer == me
-}
 
 pub struct Conn {
     pub stream: TcpStream,
@@ -260,10 +240,6 @@ impl Conn {
     pub fn new(stream: TcpStream, token: u64, task: u32, pool: Arc<BufPool>, set: Arc<Epoll>) -> io::Result<Conn> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
-        if matches!((stream.local_addr(), stream.peer_addr()), (Ok(me), Ok(peer)) if same_host(me.ip(), peer.ip())) {
-            // Best effort: the system's algorithm still works, only slower.
-            let _ = nix::sys::socket::setsockopt(&stream, sockopt::TcpCongestion, &OsString::from(SAME_HOST_CONGESTION));
-        }
         Ok(Conn {
             stream,
             token,
@@ -909,19 +885,6 @@ mod tests {
         assert_eq!(available(&mut peer), frame_bytes(6, b"before a sleep"));
         drop(batch);
         assert!(!crate::batch::end_one(), "no batch is open any more");
-    }
-
-    #[test]
-    fn a_connection_within_this_host_does_not_pace() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let (client, conn) = pair(&l);
-        let cc = nix::sys::socket::getsockopt(&conn.stream, sockopt::TcpCongestion).unwrap();
-        assert_eq!(cc.to_str(), Some(SAME_HOST_CONGESTION));
-        drop(client);
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert!(same_host(ip("10.1.2.3"), ip("10.1.2.3")), "our own address");
-        assert!(same_host(ip("::1"), ip("::1")));
-        assert!(!same_host(ip("10.1.2.3"), ip("10.1.2.4")), "another host keeps the system's choice");
     }
 
     #[test]

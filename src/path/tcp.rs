@@ -54,8 +54,9 @@ impl Inner {
     pub(crate) fn greet(&self, addr: &Address) -> Result<TcpStream> {
         const ATTEMPTS: usize = 3;
         for _ in 0..ATTEMPTS {
+            let me = std::net::IpAddr::V4(*self.me.tcp.ip());
             let mut stream =
-                TcpStream::connect_timeout(&addr.tcp.into(), Duration::from_secs(5)).map_err(|_| Error::Network)?;
+                crate::congestion::connect(me, addr.tcp, Duration::from_secs(5)).map_err(|_| Error::Network)?;
             match crate::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret) {
                 Ok(()) => return Ok(stream),
                 Err(e) if matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset) => continue,
