@@ -18,12 +18,14 @@
 //! listener that set none).  A connection that turns out to leave the host
 //! gets the system's default back, whose initialisation then runs.
 
+use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn};
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::net::{IpAddr, SocketAddrV4, TcpListener, TcpStream};
-use std::os::fd::AsFd;
-use std::time::Duration;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
 
 /// Congestion control of a connection between two tasks on one host.
 ///
@@ -52,26 +54,49 @@ fn set(fd: impl AsFd, name: &OsStr) -> io::Result<()> {
 /// Connect to `to` from a socket whose algorithm was chosen first: reno if
 /// `to` is on this host (`me` is our listening address), else the default.
 /// A failure to choose is not an error: the default still works, only
-/// slower.
+/// slower.  Gives up after `timeout` (TimedOut); returns a blocking stream.
 pub(crate) fn connect(me: IpAddr, to: SocketAddrV4, timeout: Duration) -> io::Result<TcpStream> {
-    let fd = socket::socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+    let fd = socket::socket(AddressFamily::Inet, SockType::Stream, flags, None)?;
     let default = current(&fd).ok();
     if same_host(me, IpAddr::V4(*to.ip())) {
         let _ = set(&fd, OsStr::new(SAME_HOST));
     }
-    // A blocking connect gives up after the send timeout (EINPROGRESS).
-    let stream = TcpStream::from(fd);
-    stream.set_write_timeout(Some(timeout))?;
-    match socket::connect(std::os::fd::AsRawFd::as_raw_fd(&stream), &SockaddrIn::from(to)) {
+    match socket::connect(fd.as_raw_fd(), &SockaddrIn::from(to)) {
         Ok(()) => {}
-        Err(nix::errno::Errno::EINPROGRESS) => return Err(io::ErrorKind::TimedOut.into()),
+        Err(Errno::EINPROGRESS) => wait_connected(&fd, timeout)?,
         Err(e) => return Err(e.into()),
     }
-    stream.set_write_timeout(None)?;
+    let stream = TcpStream::from(fd);
+    stream.set_nonblocking(false)?;
     if let Some(default) = default {
         fit(&stream, &default);
     }
     Ok(stream)
+}
+
+/// Wait until a non-blocking connect ends (the socket turns writable),
+/// then report how: Ok, its error, or TimedOut after `timeout`.
+fn wait_connected(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
+    let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+    ep.add(fd, EpollEvent::new(EpollFlags::EPOLLOUT, 0))?;
+    let deadline = Instant::now() + timeout;
+    let mut events = [EpollEvent::empty()];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // EINTR is 0 events: the loop goes on with the time left.
+        if crate::sys::epoll_wait(&ep, &mut events, ms)? > 0 {
+            break;
+        }
+    }
+    match socket::getsockopt(fd, sockopt::SocketError)? {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
 }
 
 /// Let `listener`'s connections start on reno; returns the system's
@@ -116,14 +141,13 @@ mod tests {
         assert_eq!(algorithm(&server), SAME_HOST, "the accepted end, as it was accepted");
         fit(&server, &default);
         assert_eq!(algorithm(&server), SAME_HOST, "a connection within the host keeps reno");
-        // Bytes flow both ways (the send timeout of the connect is gone).
+        // A blocking stream, and bytes flow both ways.
         (&client).write_all(b"ping").unwrap();
         let mut got = [0u8; 4];
         (&server).read_exact(&mut got).unwrap();
         (&server).write_all(&got).unwrap();
         (&client).read_exact(&mut got).unwrap();
         assert_eq!(&got, b"ping");
-        assert_eq!(client.write_timeout().unwrap(), None);
     }
 
     /// The endpoint's listener hands out reno, and its connections are
@@ -144,6 +168,25 @@ mod tests {
         let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
         let err = connect(IpAddr::V4(Ipv4Addr::LOCALHOST), to, Duration::from_secs(5)).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
+    }
+
+    #[test]
+    fn a_connection_that_gets_no_answer_times_out() {
+        // A listener whose backlog is full answers no SYN: connect waits.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let SocketAddr::V4(addr) = listener.local_addr().unwrap() else { unreachable!() };
+        let me = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let mut held = vec![];
+        let start = Instant::now();
+        let err = loop {
+            match connect(me, addr, Duration::from_millis(300)) {
+                Ok(s) => held.push(s),
+                Err(e) => break e,
+            }
+            assert!(held.len() < 10_000, "the backlog never filled");
+        };
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "after {} connections", held.len());
+        assert!(start.elapsed() < Duration::from_secs(5));
     }
 
     #[test]
