@@ -1097,7 +1097,8 @@ mod tests {
         // producer's owner sends messages too large to sit whole, in chunks
         // that keep the lock across calls.  Every record carries the same
         // sender, so a small record slipped between two chunks would break
-        // the message being assembled (Error::Shm).
+        // the message being assembled (Error::Shm).  Thread 2 goes through
+        // write_small (two pieces), the others through write_whole.
         let f = Arc::new(fixture("writers", 8192));
         let live = Live::new();
         let mut p = f.producer(5, live.pid(), 0);
@@ -1110,7 +1111,12 @@ mod tests {
                     let mut m = n.to_le_bytes().to_vec();
                     m.extend(pattern(n, (n % 48) as usize));
                     let parts = [&m[..]];
-                    while !w.write_whole(t, &Gather::new(&parts), &mut || true) {
+                    let (a, b) = m.split_at(8);
+                    let write = || match t {
+                        2 => w.write_small(t, a, b, &mut || true),
+                        _ => w.write_whole(t, &Gather::new(&parts), &mut || true),
+                    };
+                    while !write() {
                         std::thread::yield_now();
                     }
                 }
