@@ -287,25 +287,38 @@ impl QueueWriter {
     /// Write a record: its payload is `total` as 8 bytes (a FIRST chunk's
     /// prefix) if given, then `rec.len` (less the prefix) bytes of `msg`
     /// from its offset.
+    /// SAFETY (caller): as for `put_with`.
+    unsafe fn put(&self, tail: &mut u64, rec: Record, total: Option<u64>, msg: Option<(&Gather, u64)>) -> u64 {
+        let pre = if total.is_some() { TOTAL_BYTES } else { 0 };
+        // SAFETY: the caller's contract; `at` is 8-aligned and has room for
+        // the record's `rec.len` payload bytes.
+        unsafe {
+            self.put_with(tail, rec, |at| {
+                if let Some(t) = total {
+                    std::ptr::write(at as *mut u64, t);
+                }
+                if let Some((g, from)) = msg {
+                    g.copy_to(at.add(pre as usize), from, rec.len as u64 - pre);
+                }
+            })
+        }
+    }
+
+    /// Write a record whose payload `fill` copies to the address it is
+    /// given (`rec.len` bytes), then publish it: every record goes out
+    /// through here.
     /// SAFETY (caller): holds the lock; `size_at(pos)` bytes at `pos` (the
     /// record, or the PAD to the end) and the 16 after them are within the
-    /// data area and released by the consumer.
-    unsafe fn put(&self, tail: &mut u64, mut rec: Record, total: Option<u64>, msg: Option<(&Gather, u64)>) -> u64 {
+    /// data area and released by the consumer; `fill` writes at most
+    /// `rec.len` bytes from the address it is given.
+    #[inline(always)]
+    unsafe fn put_with(&self, tail: &mut u64, mut rec: Record, fill: impl FnOnce(*mut u8)) -> u64 {
         rec.src = self.me as u16;
         let cap = self.q.cap;
         let pos = self.q.offset(*tail);
-        let pre = if total.is_some() { TOTAL_BYTES } else { 0 };
-        // SAFETY: the caller's contract; `at + REC` is 8-aligned, and the
-        // consumer reads none of it before the header's Release below.
-        unsafe {
-            let at = self.q.data().add((pos + REC) as usize);
-            if let Some(t) = total {
-                std::ptr::write(at as *mut u64, t);
-            }
-            if let Some((g, from)) = msg {
-                g.copy_to(at.add(pre as usize), from, rec.len as u64 - pre);
-            }
-        }
+        // SAFETY: the caller's contract; the consumer reads none of it
+        // before the header's Release below.
+        fill(unsafe { self.q.data().add((pos + REC) as usize) });
         let size = rec.size_at(pos, cap);
         // The next record's header word reads 0 until that record is put.
         self.q.word(*tail + size).store(0, Ordering::Relaxed);
@@ -416,43 +429,26 @@ impl QueueWriter {
         let total = (a.len() + b.len()) as u64;
         let size = align16(REC + total);
         let h = self.q.hdr();
-        let cap = self.q.cap;
         if total <= SMALL_BYTES
             // SYNC POINT Q1 (acquire), as in write_whole.
             && h.lock.compare_exchange(0, self.pid, Ordering::Acquire, Ordering::Relaxed).is_ok()
         {
-            let tail = h.tail.load(Ordering::Relaxed);
-            let pos = self.q.offset(tail);
+            let mut tail = h.tail.load(Ordering::Relaxed);
             let simple = tail.is_multiple_of(ALIGN)
                 && tail < h.next_rewind_check.load(Ordering::Relaxed)
-                && size <= cap - pos
+                && size <= self.q.cap - self.q.offset(tail)
                 && self.free(tail, size) >= size;
             if simple {
                 // SAFETY: we hold the lock; the record fits before the
-                // ring's end and in released space with 16 to spare (free),
-                // so `at .. at + total` and the next header word are inside
-                // the data area; the consumer reads none of it before the
-                // header's Release below; a caller's buffer cannot overlap
-                // the mapping.
+                // ring's end and in released space with 16 to spare (free);
+                // `fill` writes `total` bytes, the record's payload, and a
+                // caller's buffer cannot overlap the mapping.
                 unsafe {
-                    let at = self.q.data().add((pos + REC) as usize);
-                    std::ptr::copy_nonoverlapping(a.as_ptr(), at, a.len());
-                    std::ptr::copy_nonoverlapping(b.as_ptr(), at.add(a.len()), b.len());
-                }
-                let mut rec = Record::new(total, tag, FIRST | LAST);
-                rec.src = self.me as u16;
-                // The next record's header word reads 0 until it is put.
-                self.q.word(tail + size).store(0, Ordering::Relaxed);
-                // SYNC POINT R1 (producer side): the record is complete.
-                self.q.word(tail).store(rec.word(tail), Ordering::Release);
-                if self.prefetch {
-                    // As put does: the lines the next record likely takes.
-                    for l in 1..=(size / 64).max(1) {
-                        // SAFETY: offset() keeps the address inside the data area.
-                        prefetch_for_write(unsafe { self.q.data().add(self.q.offset(tail + size + l * 64) as usize) });
-                    }
-                }
-                h.tail.store(tail + size, Ordering::Relaxed);
+                    self.put_with(&mut tail, Record::new(total, tag, FIRST | LAST), |at| {
+                        std::ptr::copy_nonoverlapping(a.as_ptr(), at, a.len());
+                        std::ptr::copy_nonoverlapping(b.as_ptr(), at.add(a.len()), b.len());
+                    })
+                };
                 self.sent.add(1);
                 if ring() {
                     self.skipped.add(1);
