@@ -9,7 +9,7 @@ use crate::control::Control;
 use crate::endpoint::Inner;
 use crate::error::{Error, Result};
 use crate::peers::Peer;
-use crate::queue::{BulkId, QueueConsumer, QueueProducer};
+use crate::queue::{BulkId, QueueConsumer, QueueProducer, QueueWriter};
 use crate::record::Gather;
 use crate::sync::lock;
 use crate::wait::Stall;
@@ -81,6 +81,20 @@ impl WindowRx {
     }
 }
 
+/// Does the receiver behind `ctl` take messages on `window`?  It must have
+/// opened it, and not closed: a receiver that closed reads nothing more,
+/// so say so rather than queue a message nobody takes.  (Both words share
+/// the header's line.)
+fn receiver_takes(ctl: &Control, window: u32) -> Result<()> {
+    if window >= ctl.windows_open() {
+        return Err(Error::UnknownWindow);
+    }
+    if ctl.header().closed.load(Ordering::Acquire) != 0 {
+        return Err(Error::PeerLost);
+    }
+    Ok(())
+}
+
 impl Inner {
     /// send() of a message in two pieces (an MPI header and its payload):
     /// a small one to a local peer whose queue we already write goes
@@ -88,47 +102,42 @@ impl Inner {
     /// checks and nothing else; every other case, and every error, is
     /// send()'s.
     pub(crate) fn send_small(&self, task: u32, window: u32, tag: u8, a: &[u8], b: &[u8]) -> Result<()> {
-        if let Some(p) = self.peers.get(task) {
-            if p.local
-                && window < MAX_WINDOWS
-                && self.backlog_msgs.load(Ordering::Relaxed) == 0
-                && !p.lost.load(Ordering::Acquire)
-            {
-                if let (Some(ctl), Some(w)) = (p.control.get(), p.writers[window as usize].get()) {
-                    if window < ctl.windows_open() && ctl.header().closed.load(Ordering::Acquire) == 0 {
-                        let light = ctl.rings_light();
-                        let mut ring = || matches!(self.ring_bell_quiet(ctl, window, light), Rang::Skipped);
-                        if w.write_small(tag, a, b, &mut ring) {
-                            return Ok(());
-                        }
-                    }
+        if let Some(p) = self.peers.get(task).filter(|p| p.local && !p.lost.load(Ordering::Acquire)) {
+            if let (Some(ctl), Some(w)) = (p.control.get(), self.direct_writer(p, window)) {
+                if receiver_takes(ctl, window).is_ok() && w.write_small(tag, a, b, &mut || self.ring_after_direct(ctl, window)) {
+                    return Ok(());
                 }
             }
         }
         self.send(task, window, tag, &[a, b])
     }
 
+    /// The shared writer of `p`'s queue for `window`, for a whole message
+    /// that takes only the queue lock (QueueWriter), no `tx`: none before
+    /// the per-peer path made it, or while something of ours is queued that
+    /// the message could overtake.
+    fn direct_writer<'p>(&self, p: &'p Peer, window: u32) -> Option<&'p QueueWriter> {
+        if self.backlog_msgs.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        p.writers.get(window as usize)?.get().map(|w| &**w)
+    }
+
+    /// The ring after a direct write: light where the receiver allows it
+    /// (bell.rs).  True if it was needless (the writer counts it).
+    fn ring_after_direct(&self, ctl: &Control, window: u32) -> bool {
+        matches!(self.ring_bell_quiet(ctl, window, ctl.rings_light()), Rang::Skipped)
+    }
+
     pub(crate) fn send_local(&self, p: &Peer, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
         let ctl = self.peer_control(p)?;
-        let h = ctl.header();
-        if window >= ctl.windows_open() {
-            return Err(Error::UnknownWindow);
-        }
-        // A receiver that closed reads nothing more: say so rather than
-        // queue a message nobody takes.  (Same cache line as windows_open.)
-        if h.closed.load(Ordering::Acquire) != 0 {
-            return Err(Error::PeerLost);
-        }
+        receiver_takes(ctl, window)?;
         let g = Gather::new(parts);
         // The common case: a whole small message, and nothing of ours
-        // queued that it could overtake.  Only the queue lock is taken
-        // (QueueWriter): no `tx`.  Anything else takes the path below.
-        if self.backlog_msgs.load(Ordering::Relaxed) == 0 {
-            if let Some(w) = p.writers[window as usize].get() {
-                let light = ctl.rings_light();
-                if w.write_whole(tag, &g, &mut || matches!(self.ring_bell_quiet(ctl, window, light), Rang::Skipped)) {
-                    return Ok(());
-                }
+        // queued that it could overtake.  Anything else takes the path below.
+        if let Some(w) = self.direct_writer(p, window) {
+            if w.write_whole(tag, &g, &mut || self.ring_after_direct(ctl, window)) {
+                return Ok(());
             }
         }
         let mut tx = lock(&p.tx);
