@@ -20,6 +20,22 @@
 
 #define BULK_REF_BYTES 16
 
+/*
+ Boxes per receiver (window 0).
+ */
+#define BOXES 8
+
+/*
+ Record bytes of one box: 128 eight-byte MPI messages.
+ */
+#define BOX_BYTES 4096
+
+/*
+ Messages a sender puts in a receiver's queue before it asks for a box:
+ a peer met once (a barrier, a setup exchange) does not take one.
+ */
+#define BOX_AFTER 16
+
 #define DOORBELL_OK 0
 
 /*
@@ -186,12 +202,14 @@
  opened reserves one more queue.  Nothing else grows with the peers
  (bulk buffers for messages over ring_bytes / 4 aside).
  */
-#define DOORBELL_CONTROL_BYTES 4096
+#define DOORBELL_CONTROL_BYTES 40960
 
 /*
  Bytes of a window's inbound queue beyond its ring_bytes.
  */
 #define DOORBELL_QUEUE_HEADER_BYTES 70016
+
+#define RING_HEADER_BYTES 384
 
 /*
  Opaque per-process endpoint.  Any thread may send; each window should be
@@ -368,6 +386,11 @@ typedef struct doorbell_counters {
    within 3 s, or pushed out by newer ones beyond 64 waiting).
    */
   uint64_t strangers_rejected;
+  /*
+   Of shm_sent, the messages that went through a fast box (a ring of
+   this process's own at the receiver) rather than its shared queue.
+   */
+  uint64_t shm_box_sent;
 } doorbell_counters;
 
 #ifdef __cplusplus

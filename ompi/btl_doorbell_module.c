@@ -387,14 +387,14 @@ static void report_counters(mca_btl_doorbell_module_t *module)
     }
     opal_output_verbose(1, c->output,
                         "btl doorbell: rank %u counters: notifies_sent=%llu notifies_skipped=%llu "
-                        "wakeups=%llu spurious_wakeups=%llu shm_sent=%llu shm_received=%llu "
+                        "wakeups=%llu spurious_wakeups=%llu shm_sent=%llu (fast box %llu) shm_received=%llu "
                         "tcp_sent=%llu tcp_received=%llu shm_wakeups=%llu tcp_wakeups=%llu "
                         "peers_lost=%llu strangers_rejected=%llu sleeps=%llu sleep_timeouts=%llu "
                         "sends_queued=%llu single_copy_reads=%llu tcp_reads=%llu",
                         module->my_task, (unsigned long long) k.notifies_sent,
                         (unsigned long long) k.notifies_skipped, (unsigned long long) k.wakeups,
                         (unsigned long long) k.spurious_wakeups, (unsigned long long) k.shm_sent,
-                        (unsigned long long) k.shm_received, (unsigned long long) k.tcp_sent,
+                        (unsigned long long) k.shm_box_sent, (unsigned long long) k.shm_received, (unsigned long long) k.tcp_sent,
                         (unsigned long long) k.tcp_received, (unsigned long long) k.shm_wakeups,
                         (unsigned long long) k.tcp_wakeups, (unsigned long long) k.peers_lost,
                         (unsigned long long) k.strangers_rejected,

@@ -4,7 +4,9 @@
 //! ```text
 //! offset 0      ControlHeader (64 B)
 //! offset 64     WindowSlot[MAX_WINDOWS]   (64 B each)
-//! offset 4096   window w's queue at 4096 + w * (QUEUE_HEADER_BYTES + queue_bytes)
+//! offset 1088   BoxTable (64 B, fbox.rs)
+//! offset 4096   the fast boxes of window 0 (fbox.rs), BOXES of them
+//! CONTROL_BYTES window w's queue at CONTROL_BYTES + w * (QUEUE_HEADER_BYTES + queue_bytes)
 //!               (queue.rs), MAX_WINDOWS of them
 //! ```
 //!
@@ -16,6 +18,7 @@
 
 use crate::config::MAX_WINDOWS;
 use crate::error::{Error, Result};
+use crate::fbox::{self, BoxTable, BOX_BYTES};
 use crate::queue::QueueRef;
 use crate::shm::{control_name, Owner, Segment, ShmSafe};
 use std::sync::Arc;
@@ -24,8 +27,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DBCTRL\0\0");
 /// 2: WindowSlot::notified.  3: unlink_after, mapped_by.  4: inbound
 /// queues (queue_bytes) instead of a ring bitmap per window.  5: 8-byte
-/// record headers (record.rs).  6: light_rings.
-pub const CONTROL_VERSION: u32 = 6;
+/// record headers (record.rs).  6: light_rings.  7: fast boxes (fbox.rs).
+pub const CONTROL_VERSION: u32 = 7;
 /// `unlink_after` of an owner that does not know its peers: the name stays
 /// until it closes.
 const UNLINK_AT_CLOSE: u32 = u32::MAX;
@@ -80,9 +83,13 @@ const _: () = assert!(std::mem::offset_of!(ControlHeader, queue_bytes) == 36);
 const _: () = assert!(std::mem::size_of::<WindowSlot>() == 64);
 
 pub const HEADER_BYTES: usize = 64;
-/// The header and the window slots, page-rounded: the queues follow.
-pub const CONTROL_BYTES: usize = 4096;
-const _: () = assert!(HEADER_BYTES + MAX_WINDOWS as usize * std::mem::size_of::<WindowSlot>() <= CONTROL_BYTES);
+/// Where the box table lies: after the window slots.
+const BOX_TABLE_AT: usize = HEADER_BYTES + MAX_WINDOWS as usize * std::mem::size_of::<WindowSlot>();
+/// The page of the header, the window slots and the box table.
+const PAGE_BYTES: usize = 4096;
+/// That page and the fast boxes: the queues follow.
+pub const CONTROL_BYTES: usize = PAGE_BYTES + fbox::area_bytes();
+const _: () = assert!(BOX_TABLE_AT + std::mem::size_of::<BoxTable>() <= PAGE_BYTES);
 
 /// Where window `w`'s queue starts, and the whole file's length, for
 /// queues of `queue_bytes`.
@@ -223,6 +230,24 @@ impl Control {
         }
     }
 
+    /// The table of window 0's fast boxes (fbox.rs).
+    pub fn box_table(&self) -> &BoxTable {
+        self.fixed(BOX_TABLE_AT)
+    }
+
+    /// Window 0's fast box `i` (< fbox::BOXES).
+    pub fn fast_box(&self, i: usize) -> Result<QueueRef> {
+        QueueRef::new_box(self.seg.clone(), PAGE_BYTES + fbox::box_at(i)?, BOX_BYTES)
+    }
+
+    /// Fault in fast box `i` in this process (its sender, before its first
+    /// message; as populate_queue).
+    pub fn populate_box(&self, i: usize) {
+        if let Ok(at) = fbox::box_at(i) {
+            self.seg.populate(PAGE_BYTES + at, QueueRef::box_bytes(BOX_BYTES) as usize);
+        }
+    }
+
     /// Whether this process may ring the owner's bells with `ring_light`.
     pub fn rings_light(&self) -> bool {
         self.header().light_rings != 0 && crate::bell::asymmetric()
@@ -249,11 +274,12 @@ impl Control {
     /// (asserted at compile time), which `create` and `open` made sure the
     /// mapping holds.
     fn fixed<T: ShmSafe>(&self, offset: usize) -> &T {
-        debug_assert!(offset + std::mem::size_of::<T>() <= CONTROL_BYTES.min(self.seg.len()));
+        debug_assert!(offset + std::mem::size_of::<T>() <= PAGE_BYTES.min(self.seg.len()));
         debug_assert!(offset.is_multiple_of(std::mem::align_of::<T>()));
-        // SAFETY: the callers' offsets lie inside CONTROL_BYTES (the header
-        // at 0, slot w < MAX_WINDOWS at HEADER_BYTES + 64 w: compile-time
-        // assert above), the mapping is at least CONTROL_BYTES long
+        // SAFETY: the callers' offsets lie inside PAGE_BYTES (the header
+        // at 0, slot w < MAX_WINDOWS at HEADER_BYTES + 64 w, the box table
+        // after them: compile-time assert above), the mapping is at least
+        // CONTROL_BYTES long
         // (`create` makes it longer, `open` refuses a shorter file) and
         // page-aligned, so each T (64-byte, 8-aligned) is in bounds and
         // aligned; the mapping lives as long as `self.seg`.  T is ShmSafe,

@@ -53,6 +53,9 @@ pub struct doorbell_counters {
     /// TCP connections that failed the handshake (a wrong hello, none
     /// within 3 s, or pushed out by newer ones beyond 64 waiting).
     pub strangers_rejected: u64,
+    /// Of shm_sent, the messages that went through a fast box (a ring of
+    /// this process's own at the receiver) rather than its shared queue.
+    pub shm_box_sent: u64,
 }
 
 impl Counters {
@@ -72,6 +75,7 @@ impl Counters {
             tcp_wakeups: self.tcp_wakeups.load(Relaxed),
             peers_lost: self.peers_lost.load(Relaxed),
             strangers_rejected: self.strangers_rejected.load(Relaxed),
+            shm_box_sent: 0,
         }
     }
 }

@@ -75,6 +75,10 @@ pub(crate) struct WindowLocal {
     /// The window's queue, for reading its header without `rx`
     /// (work_check.rs; None only if the control segment cannot hold it).
     pub(crate) queue_view: Option<QueueRef>,
+    /// The window's fast boxes (window 0 only; fbox.rs), and what a look
+    /// for work reads of them.
+    pub(crate) box_views: Vec<QueueRef>,
+    pub(crate) box_watch: crate::fbox::BoxWatch,
 }
 
 pub(crate) struct Inner {
@@ -187,7 +191,15 @@ impl Endpoint {
             secret: crate::handshake::random().map_err(|_| Error::Internal)?,
         };
         let rx_budget = RxBudget::new(cfg.max_backlog);
-        let windows = (0..MAX_WINDOWS).map(|w| WindowLocal { queue_view: control.queue(w).ok(), ..Default::default() }).collect();
+        let boxes = || (0..crate::fbox::BOXES).map(|i| control.fast_box(i)).collect::<Result<Vec<_>>>();
+        let box_views = boxes()?;
+        let windows = (0..MAX_WINDOWS)
+            .map(|w| WindowLocal {
+                queue_view: control.queue(w).ok(),
+                box_views: if w == 0 { box_views.clone() } else { Vec::new() },
+                ..Default::default()
+            })
+            .collect();
         let inner = Arc::new(Inner {
             job_hash: cfg.job_hash(),
             cfg,
@@ -243,6 +255,11 @@ impl Endpoint {
                 c.shm_sent += w.sent.get();
                 c.notifies_skipped += w.skipped.get();
             }
+            if let Some(Some(b)) = p.fast_box.get() {
+                c.shm_sent += b.w.sent.get();
+                c.shm_box_sent += b.w.sent.get();
+                c.notifies_skipped += b.w.skipped.get();
+            }
         }
         for w in &i.windows {
             c.shm_received += w.shm_received.get();
@@ -288,6 +305,7 @@ impl Endpoint {
 
     /// send() of `a` then `b` as one message: the same checks, errors and
     /// delivery, with a shorter path for small local messages.
+    #[inline(always)]
     pub fn send_small(&self, task: u32, window: u32, tag: u8, a: &[u8], b: &[u8]) -> Result<()> {
         self.inner.send_small(task, window, tag, a, b)
     }
@@ -432,6 +450,7 @@ impl Inner {
 
     /// ring_bell, leaving a skip for the caller to count; `light`: without
     /// the fence, only where `ctl.rings_light()` (bell.rs).
+    #[inline]
     pub(crate) fn ring_bell_quiet(&self, ctl: &Control, window: u32, light: bool) -> Rang {
         let word = &ctl.window(window).bell;
         let r = if light { bell::ring_light(&self.parker, word) } else { bell::ring(&self.parker, word) };

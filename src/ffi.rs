@@ -102,7 +102,7 @@ const _: () = assert!(DOORBELL_MAX_WINDOWS == MAX_WINDOWS);
 /// + ring_bytes) in the shared-memory directory; each further window
 /// opened reserves one more queue.  Nothing else grows with the peers
 /// (bulk buffers for messages over ring_bytes / 4 aside).
-pub const DOORBELL_CONTROL_BYTES: usize = 4096;
+pub const DOORBELL_CONTROL_BYTES: usize = 40960;
 /// Bytes of a window's inbound queue beyond its ring_bytes.
 pub const DOORBELL_QUEUE_HEADER_BYTES: usize = 70016;
 

@@ -32,6 +32,8 @@ mod endpoint;
 #[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
+mod fbox;
+#[cfg(not(loom))]
 mod ffi;
 #[cfg(not(loom))]
 mod flih;

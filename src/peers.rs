@@ -8,6 +8,7 @@ use crate::control::Control;
 use crate::counters::{bump, GuardedCount};
 use crate::endpoint::{Inner, Woke, PID_BIT};
 use crate::error::{Error, Result};
+use crate::fbox::BoxTx;
 use crate::path::shm::PeerTx;
 use crate::queue::QueueWriter;
 use crate::sync::lock;
@@ -34,6 +35,10 @@ pub(crate) struct Peer {
     /// producer is made: a whole small message to a peer with nothing
     /// queued goes in under the queue lock alone (path/shm.rs).
     pub(crate) writers: [OnceLock<Arc<QueueWriter>>; MAX_WINDOWS as usize],
+    /// Our fast box at the peer (window 0, fbox.rs): None once every box
+    /// was taken.  Asked for after BOX_AFTER direct sends (`direct_sends`).
+    pub(crate) fast_box: OnceLock<Option<BoxTx>>,
+    pub(crate) direct_sends: AtomicU32,
     /// The connection we send on (remote peers).
     pub(crate) conn: Mutex<Option<Arc<Conn>>>,
     pub(crate) lost: AtomicBool,
@@ -63,6 +68,8 @@ impl Inner {
             control_opening: Mutex::new(()),
             tx: Mutex::new(PeerTx { queues: (0..MAX_WINDOWS).map(|_| None).collect(), ..Default::default() }),
             writers: Default::default(),
+            fast_box: OnceLock::new(),
+            direct_sends: AtomicU32::new(0),
             conn: Mutex::new(None),
             lost: AtomicBool::new(false),
             gone: AtomicBool::new(false),

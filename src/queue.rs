@@ -75,8 +75,10 @@ const LOCK_TRIES: u32 = 64;
 /// that holder is still alive.
 const STEAL_AFTER: u32 = 16;
 
+/// The ring's own words: what producers and the consumer of any queue
+/// use, a whole queue's or a fast box's (fbox.rs).
 #[repr(C)]
-pub struct QueueHeader {
+pub struct RingHeader {
     /// The producer lock: 0, or the pid of the producer that holds it.
     pub lock: AtomicU32,
     _pad0: u32,
@@ -95,6 +97,11 @@ pub struct QueueHeader {
     /// Nonzero: some bit of `waiting` may be set.
     pub any_waiting: AtomicU32,
     _pad3: [u8; 124],
+}
+
+/// What a queue shared by many senders has besides its ring.
+#[repr(C)]
+pub struct SenderTable {
     /// Bit t: sender task t waits for room (Q2).
     pub waiting: [AtomicU64; WORDS],
     /// Bit t: sender task t closed in order; its exit is not a loss.
@@ -104,16 +111,26 @@ pub struct QueueHeader {
     pub pids: [AtomicU32; MAX_TASKS as usize],
 }
 
+#[repr(C)]
+pub struct QueueHeader {
+    pub ring: RingHeader,
+    pub table: SenderTable,
+}
+
+pub const RING_HEADER_BYTES: usize = 384;
 pub const QUEUE_HEADER_BYTES: usize = 4480 + 4 * MAX_TASKS as usize;
 
 // SAFETY: repr(C), integers and atomics only, all-zero is valid (an empty
 // queue at position 0, unlocked, nobody waiting or closed).
 unsafe impl ShmSafe for QueueHeader {}
+// SAFETY: as above.
+unsafe impl ShmSafe for RingHeader {}
 
+const _: () = assert!(std::mem::size_of::<RingHeader>() == RING_HEADER_BYTES);
 const _: () = assert!(std::mem::size_of::<QueueHeader>() == QUEUE_HEADER_BYTES);
-const _: () = assert!(std::mem::offset_of!(QueueHeader, head) == 128);
-const _: () = assert!(std::mem::offset_of!(QueueHeader, any_waiting) == 256);
-const _: () = assert!(std::mem::offset_of!(QueueHeader, waiting) == 384);
+const _: () = assert!(std::mem::offset_of!(RingHeader, head) == 128);
+const _: () = assert!(std::mem::offset_of!(RingHeader, any_waiting) == 256);
+const _: () = assert!(std::mem::offset_of!(QueueHeader, table) == 384);
 const _: () = assert!(QUEUE_HEADER_BYTES.is_multiple_of(64));
 
 fn bit(task: u32) -> (usize, u64) {
@@ -131,6 +148,8 @@ pub struct QueueRef {
     /// `seg` it was one more dependent load, a cache miss after a context
     /// switch, on every send and every progress call.
     hdr_at: std::ptr::NonNull<u8>,
+    /// A whole queue (QueueHeader) or a fast box (RingHeader only).
+    shared: bool,
 }
 
 // SAFETY: `hdr_at` points into the mapping that `seg` (shared, Send and
@@ -145,16 +164,26 @@ impl QueueRef {
     /// The queue whose header is at `at` in `seg`, followed by `cap` data
     /// bytes.  Checked here, since `cap` may come from shared memory.
     pub fn new(seg: Arc<Segment>, at: usize, cap: u64) -> Result<QueueRef> {
+        QueueRef::with(seg, at, cap, true)
+    }
+
+    /// A fast box (fbox.rs): one sender's ring, with no sender table.
+    pub fn new_box(seg: Arc<Segment>, at: usize, cap: u64) -> Result<QueueRef> {
+        QueueRef::with(seg, at, cap, false)
+    }
+
+    fn with(seg: Arc<Segment>, at: usize, cap: u64, shared: bool) -> Result<QueueRef> {
+        let header = if shared { QUEUE_HEADER_BYTES } else { RING_HEADER_BYTES } as u64;
         let fits = at.is_multiple_of(64)
             && cap.is_power_of_two()
             && cap >= 4096
-            && (at as u64).checked_add(QUEUE_HEADER_BYTES as u64 + cap).is_some_and(|end| end <= seg.len() as u64);
+            && (at as u64).checked_add(header + cap).is_some_and(|end| end <= seg.len() as u64);
         if !fits {
             return Err(Error::Shm);
         }
         // Inside the mapping (checked above), so never null.
         let hdr_at = std::ptr::NonNull::new(seg.base().wrapping_add(at)).ok_or(Error::Shm)?;
-        Ok(QueueRef { seg, cap, hdr_at })
+        Ok(QueueRef { seg, cap, hdr_at, shared })
     }
 
     /// Bytes a queue of `cap` data bytes takes.
@@ -162,22 +191,35 @@ impl QueueRef {
         QUEUE_HEADER_BYTES as u64 + cap
     }
 
+    /// Bytes a fast box of `cap` data bytes takes.
+    pub const fn box_bytes(cap: u64) -> u64 {
+        RING_HEADER_BYTES as u64 + cap
+    }
+
     /// The header, without `Segment::at`'s checks on every call: it is on
     /// the path of every record (lock, tail, head), and `new` checked once
     /// that it lies inside the mapping, 64-aligned.
-    pub fn hdr(&self) -> &QueueHeader {
-        // SAFETY: new() checked at + QUEUE_HEADER_BYTES <= len and at % 64
-        // == 0 (the mapping is page-aligned), so the header is in bounds
-        // and aligned; QueueHeader is ShmSafe (any bytes a peer left are a
-        // valid value, shared fields are atomics); the mapping lives as
-        // long as `self.seg`, which outlives the reference.  `hdr_at` is
-        // that address (new).
-        unsafe { &*(self.hdr_at.as_ptr() as *const QueueHeader) }
+    pub fn hdr(&self) -> &RingHeader {
+        // SAFETY: with() checked at + RING_HEADER_BYTES (or more) <= len and
+        // at % 64 == 0 (the mapping is page-aligned), so the header is in
+        // bounds and aligned; RingHeader is ShmSafe (any bytes a peer left
+        // are a valid value, shared fields are atomics); the mapping lives
+        // as long as `self.seg`, which outlives the reference.  `hdr_at` is
+        // that address (with).
+        unsafe { &*(self.hdr_at.as_ptr() as *const RingHeader) }
+    }
+
+    /// The sender table of a whole queue; None for a fast box.
+    pub fn table(&self) -> Option<&SenderTable> {
+        // SAFETY: as for hdr(): a shared queue's with() checked at +
+        // QUEUE_HEADER_BYTES <= len, and QueueHeader is ShmSafe.
+        self.shared.then(|| unsafe { &(*(self.hdr_at.as_ptr() as *const QueueHeader)).table })
     }
 
     fn data(&self) -> *mut u8 {
-        // SAFETY: new() checked at + QUEUE_HEADER_BYTES + cap <= len.
-        unsafe { self.hdr_at.as_ptr().add(QUEUE_HEADER_BYTES) }
+        let header = if self.shared { QUEUE_HEADER_BYTES } else { RING_HEADER_BYTES };
+        // SAFETY: with() checked at + header + cap <= len.
+        unsafe { self.hdr_at.as_ptr().add(header) }
     }
 
     /// Offset of byte position `pos` in the data area: a mask, not a
@@ -210,13 +252,13 @@ impl QueueRef {
 
     /// The pid sender `task` stored (0: none yet).
     pub fn sender_pid(&self, task: u32) -> u32 {
-        self.hdr().pids.get(task as usize).map_or(0, |p| p.load(Ordering::Acquire))
+        self.table().and_then(|t| t.pids.get(task as usize)).map_or(0, |p| p.load(Ordering::Acquire))
     }
 
     /// Has sender `task` closed in order?  (Its bit in `closed`.)
     pub fn sender_closed(&self, task: u32) -> bool {
         let (w, b) = bit(task);
-        task < MAX_TASKS && self.hdr().closed[w].load(Ordering::Acquire) & b != 0
+        task < MAX_TASKS && self.table().is_some_and(|t| t.closed[w].load(Ordering::Acquire) & b != 0)
     }
 }
 
@@ -248,6 +290,11 @@ pub struct QueueWriter {
     /// under the queue lock only.
     pub(crate) sent: GuardedCount,
     pub(crate) skipped: GuardedCount,
+    /// Where this sender's last whole message in the queue ends (u64::MAX
+    /// while one is part-way in); written under the lock.  Once the
+    /// consumer's `head` reaches it, nothing of ours is left unread: a
+    /// fast box may carry the next message (fbox.rs SYNC POINT F2).
+    pub(crate) last_end: AtomicU64,
 }
 
 /// One sender's handle on one receiver's queue (the caller keeps it under
@@ -271,6 +318,42 @@ pub struct QueueProducer {
 }
 
 impl QueueWriter {
+    fn with(q: QueueRef, me: u32, pid: u32) -> QueueWriter {
+        QueueWriter {
+            q,
+            me,
+            pid,
+            prefetch: has_prefetchw(),
+            head_cache: AtomicU64::new(0),
+            sent: GuardedCount::default(),
+            skipped: GuardedCount::default(),
+            last_end: AtomicU64::new(0),
+        }
+    }
+
+    /// The writer of a fast box (fbox.rs): sender task `me`, process `pid`.
+    pub fn for_box(q: QueueRef, me: u32, pid: u32) -> Result<QueueWriter> {
+        if me >= MAX_TASKS || pid == 0 || q.table().is_some() {
+            return Err(Error::InvalidArgument);
+        }
+        Ok(QueueWriter::with(q, me, pid))
+    }
+
+    /// Has the consumer read everything this writer put in?  (SYNC POINT
+    /// F2, fbox.rs.)  `seen` is the caller's note of an end already found
+    /// read, so the common case loads no line the consumer writes.
+    pub fn all_read(&self, seen: &AtomicU64) -> bool {
+        let end = self.last_end.load(Ordering::Relaxed);
+        if end == seen.load(Ordering::Relaxed) {
+            return true;
+        }
+        if end == u64::MAX || self.q.hdr().head.load(Ordering::Acquire) < end {
+            return false;
+        }
+        seen.store(end, Ordering::Relaxed);
+        true
+    }
+
     /// Bytes that may be written at `tail` now; 16 kept back for the next
     /// header word (record.rs R1).  Caller holds the lock.
     fn free(&self, tail: u64, need: u64) -> u64 {
@@ -314,6 +397,7 @@ impl QueueWriter {
     #[inline(always)]
     unsafe fn put_with(&self, tail: &mut u64, mut rec: Record, fill: impl FnOnce(*mut u8)) -> u64 {
         rec.src = self.me as u16;
+        let flags = rec.flags;
         let cap = self.q.cap;
         let pos = self.q.offset(*tail);
         // SAFETY: the caller's contract; the consumer reads none of it
@@ -336,6 +420,9 @@ impl QueueWriter {
         // leaves a published record at `tail`, which a takeover steps over.
         *tail += size;
         self.q.hdr().tail.store(*tail, Ordering::Relaxed);
+        if flags & PAD == 0 {
+            self.last_end.store(if flags & LAST != 0 { *tail } else { u64::MAX }, Ordering::Relaxed);
+        }
         size
     }
 
@@ -425,7 +512,8 @@ impl QueueWriter {
     /// and the same sync points as `put`; anything else goes through
     /// write_whole.  An 8-byte MPI ping-pong spent ~690 instructions per
     /// send through the general path, ~160 in all of vader's.
-    pub fn write_small(&self, tag: u8, a: &[u8], b: &[u8], ring: &mut dyn FnMut() -> bool) -> bool {
+    #[inline(always)]
+    pub fn write_small(&self, tag: u8, a: &[u8], b: &[u8], mut ring: impl FnMut() -> bool) -> bool {
         let total = (a.len() + b.len()) as u64;
         let size = align16(REC + total);
         let h = self.q.hdr();
@@ -461,7 +549,7 @@ impl QueueWriter {
             }
         }
         let parts = [a, b];
-        self.write_whole(tag, &Gather::new(&parts), ring)
+        self.write_whole(tag, &Gather::new(&parts), &mut ring)
     }
 }
 
@@ -473,16 +561,8 @@ impl QueueProducer {
         if id.src >= MAX_TASKS || pid == 0 {
             return Err(Error::InvalidArgument);
         }
-        q.hdr().pids[id.src as usize].store(pid, Ordering::Release);
-        let w = QueueWriter {
-            q,
-            me: id.src,
-            pid,
-            prefetch: has_prefetchw(),
-            head_cache: AtomicU64::new(0),
-            sent: GuardedCount::default(),
-            skipped: GuardedCount::default(),
-        };
+        q.table().ok_or(Error::InvalidArgument)?.pids[id.src as usize].store(pid, Ordering::Release);
+        let w = QueueWriter::with(q, id.src, pid);
         Ok(QueueProducer {
             w: Arc::new(w),
             held: false,
@@ -726,7 +806,7 @@ impl QueueProducer {
     pub fn set_waiting(&mut self) -> bool {
         let h = self.w.q.hdr();
         let (w, b) = bit(self.w.me);
-        h.waiting[w].fetch_or(b, Ordering::SeqCst);
+        self.w.q.table().expect("a producer's queue has a sender table (new)").waiting[w].fetch_or(b, Ordering::SeqCst);
         h.any_waiting.store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         let head = h.head.load(Ordering::Acquire);
@@ -738,7 +818,9 @@ impl QueueProducer {
     pub fn close(&mut self, receiver_gone: bool) {
         self.abandon();
         let (w, b) = bit(self.w.me);
-        self.w.q.hdr().closed[w].fetch_or(b, Ordering::Release);
+        if let Some(t) = self.w.q.table() {
+            t.closed[w].fetch_or(b, Ordering::Release);
+        }
         if receiver_gone {
             self.bulk.iter_mut().chain(self.retired.iter_mut()).for_each(BulkProducer::receiver_gone);
         }
@@ -803,6 +885,13 @@ impl QueueConsumer {
     /// after arming.)
     pub fn has_data(&self) -> bool {
         self.q.word(self.head).load(Ordering::Acquire) != 0
+    }
+
+    /// The header word of the next record: nonzero once it is published
+    /// (R1).  It lies in the queue's mapping, which lives as long as the
+    /// queue's segment.
+    pub fn next_word(&self) -> *const AtomicU64 {
+        self.q.word(self.head)
     }
 
     /// Deliver up to `budget` complete messages as (sender, tag, bytes).
@@ -914,10 +1003,11 @@ impl QueueConsumer {
     /// pass, consumed or not.
     pub fn take_waiting(&self, wake: &mut dyn FnMut(u32)) {
         let h = self.q.hdr();
+        let Some(t) = self.q.table() else { return };
         if !self.any_waiting() || h.any_waiting.swap(0, Ordering::AcqRel) == 0 {
             return;
         }
-        for (i, word) in h.waiting.iter().enumerate() {
+        for (i, word) in t.waiting.iter().enumerate() {
             if word.load(Ordering::Relaxed) == 0 {
                 continue;
             }

@@ -81,7 +81,7 @@ impl Inner {
             // Another thread is progressing this window: don't sleep on it.
             None => true,
         };
-        queue_data || self.backlog_unblocked()
+        queue_data || self.boxes_unread(window) || self.backlog_unblocked()
     }
 
     pub(crate) fn wait(

@@ -25,6 +25,14 @@ impl Inner {
             || self.conn_count.load(Ordering::Relaxed) != 0
             || self.window_flagged(window)
             || self.windows[window as usize].queue_view.as_ref().is_none_or(QueueRef::unread_or_waiting)
+            || self.boxes_unread(window)
+    }
+
+    /// Could a fast box of `window` hold an unread record, or a new box
+    /// be claimed?  (fbox.rs)
+    #[inline]
+    pub(crate) fn boxes_unread(&self, window: u32) -> bool {
+        window == 0 && self.windows[0].box_watch.may_have_data(self.control.box_table())
     }
 
     /// The window's flags: a notify, the TCP inbox, a peer event, or the

@@ -6,6 +6,7 @@ use crate::buf_pool::BufPool;
 use crate::bell::Rang;
 use crate::config::{MAX_TASKS, MAX_WINDOWS};
 use crate::control::Control;
+use crate::fbox::{BoxTx, BoxesRx, BOX_AFTER};
 use crate::endpoint::Inner;
 use crate::error::{Error, Result};
 use crate::peers::Peer;
@@ -65,11 +66,13 @@ pub(crate) struct WindowRx {
     pub(crate) broken: bool,
     /// Bit t: sender t was seen here (its pid is watched).
     pub(crate) known: Vec<u64>,
+    /// The fast boxes taken up so far (window 0).
+    pub(crate) boxes: BoxesRx,
 }
 
 impl WindowRx {
     pub(crate) fn has_data(&self) -> bool {
-        self.queue.as_ref().is_some_and(|q| !self.broken && q.has_data())
+        self.queue.as_ref().is_some_and(|q| !self.broken && q.has_data()) || self.boxes.has_data()
     }
 
     pub(crate) fn in_message(&self) -> bool {
@@ -85,6 +88,7 @@ impl WindowRx {
 /// opened it, and not closed: a receiver that closed reads nothing more,
 /// so say so rather than queue a message nobody takes.  (Both words share
 /// the header's line.)
+#[inline(always)]
 fn receiver_takes(ctl: &Control, window: u32) -> Result<()> {
     if window >= ctl.windows_open() {
         return Err(Error::UnknownWindow);
@@ -101,21 +105,64 @@ impl Inner {
     /// straight into it (QueueWriter::write_small), with send_local's
     /// checks and nothing else; every other case, and every error, is
     /// send()'s.
+    #[inline(always)]
     pub(crate) fn send_small(&self, task: u32, window: u32, tag: u8, a: &[u8], b: &[u8]) -> Result<()> {
         if let Some(p) = self.peers.get(task).filter(|p| p.local && !p.lost.load(Ordering::Acquire)) {
             if let (Some(ctl), Some(w)) = (p.control.get(), self.direct_writer(p, window)) {
-                if receiver_takes(ctl, window).is_ok() && w.write_small(tag, a, b, &mut || self.ring_after_direct(ctl, window)) {
-                    return Ok(());
+                if receiver_takes(ctl, window).is_ok() {
+                    let ring = || self.ring_after_direct(ctl, window);
+                    if let Some(fb) = self.fast_box(p, ctl, window, w) {
+                        if fb.w.write_small(tag, a, b, ring) {
+                            return Ok(());
+                        }
+                    }
+                    if w.write_small(tag, a, b, ring) {
+                        return Ok(());
+                    }
                 }
             }
         }
         self.send(task, window, tag, &[a, b])
     }
 
+    /// Our fast box at `p` if the next message to `window` may go in it
+    /// (fbox.rs): window 0, a box claimed, and all we queued read (F2).
+    /// Asks for a box at the BOX_AFTER-th direct send.
+    #[inline(always)]
+    fn fast_box<'p>(&self, p: &'p Peer, ctl: &Control, window: u32, queue: &QueueWriter) -> Option<&'p BoxTx> {
+        if window != 0 {
+            return None;
+        }
+        match p.fast_box.get() {
+            Some(b) => b.as_ref().filter(|b| b.open_after(queue)),
+            None => {
+                // A plain count: threads that race only ask a little later.
+                let n = p.direct_sends.load(Ordering::Relaxed) + 1;
+                p.direct_sends.store(n, Ordering::Relaxed);
+                if n >= BOX_AFTER {
+                    self.claim_fast_box(p, ctl);
+                }
+                None
+            }
+        }
+    }
+
+    #[cold]
+    fn claim_fast_box(&self, p: &Peer, ctl: &Control) {
+        let _ = p.fast_box.get_or_init(|| {
+            let b = BoxTx::claim(ctl.box_table(), self.cfg.task, std::process::id(), |i| {
+                ctl.populate_box(i);
+                ctl.fast_box(i)
+            });
+            b
+        });
+    }
+
     /// The shared writer of `p`'s queue for `window`, for a whole message
     /// that takes only the queue lock (QueueWriter), no `tx`: none before
     /// the per-peer path made it, or while something of ours is queued that
     /// the message could overtake.
+    #[inline(always)]
     fn direct_writer<'p>(&self, p: &'p Peer, window: u32) -> Option<&'p QueueWriter> {
         if self.backlog_msgs.load(Ordering::Relaxed) != 0 {
             return None;
@@ -125,6 +172,7 @@ impl Inner {
 
     /// The ring after a direct write: light where the receiver allows it
     /// (bell.rs).  True if it was needless (the writer counts it).
+    #[inline(always)]
     fn ring_after_direct(&self, ctl: &Control, window: u32) -> bool {
         matches!(self.ring_bell_quiet(ctl, window, ctl.rings_light()), Rang::Skipped)
     }
@@ -136,7 +184,13 @@ impl Inner {
         // The common case: a whole small message, and nothing of ours
         // queued that it could overtake.  Anything else takes the path below.
         if let Some(w) = self.direct_writer(p, window) {
-            if w.write_whole(tag, &g, &mut || self.ring_after_direct(ctl, window)) {
+            let mut ring = || self.ring_after_direct(ctl, window);
+            if let Some(fb) = self.fast_box(p, ctl, window, w) {
+                if fb.w.write_whole(tag, &g, &mut ring) {
+                    return Ok(());
+                }
+            }
+            if w.write_whole(tag, &g, &mut ring) {
                 return Ok(());
             }
         }
@@ -366,21 +420,35 @@ impl Inner {
         if rx.queue.is_none() && self.take_up_queue(window, &mut rx).is_err() {
             return Some(0);
         }
-        let WindowRx { queue, broken, known } = &mut *rx;
+        let WindowRx { queue, broken, known, boxes } = &mut *rx;
         let q = queue.as_mut().expect("set above");
         let mut delivered = 0;
+        let with_boxes = !w.box_views.is_empty();
+        let table = self.control.box_table();
+        let open = |i: usize| w.box_views.get(i).cloned().ok_or(Error::InvalidArgument);
+        if with_boxes {
+            boxes.refresh(&w.box_watch, table, open, self.cfg.task, self.cfg.max_message);
+        }
         if !*broken && q.has_data() {
             let mut new = vec![];
+            let mut from_boxes = 0;
             let r = q.poll(QUEUE_BUDGET, &mut |src, tag, data| {
                 let (i, b) = ((src / 64) as usize, 1u64 << (src % 64));
                 if known[i] & b == 0 {
                     known[i] |= b;
                     new.push(src);
                 }
+                if with_boxes {
+                    // fbox.rs SYNC POINT F3: what the sender put in its box
+                    // before this message comes first.
+                    boxes.refresh(&w.box_watch, table, open, self.cfg.task, self.cfg.max_message);
+                    from_boxes += boxes.drain_from(&w.box_watch, src, cb);
+                }
                 cb(src, tag, data)
             });
+            delivered += from_boxes;
             match r {
-                Ok(n) => delivered = n,
+                Ok(n) => delivered += n,
                 Err(_) => {
                     // Nothing after the bad record can be found: the queue
                     // is done.  Its local senders' messages cannot arrive.
@@ -391,6 +459,9 @@ impl Inner {
             for src in new {
                 self.note_sender(src, q.queue().sender_pid(src));
             }
+        }
+        if with_boxes && delivered < QUEUE_BUDGET {
+            delivered += boxes.poll(&w.box_watch, QUEUE_BUDGET - delivered, cb);
         }
         // Every pass, not only after consuming (queue.rs SYNC POINT Q2).
         q.take_waiting(&mut |src| {
