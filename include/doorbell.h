@@ -196,7 +196,8 @@
 #define DOORBELL_MAX_WINDOWS 16
 
 /*
- Bytes of a task's control segment before its queues.  Creating an
+ Bytes of a task's control segment before its queues (its header, window
+ slots and window 0's 8 fast boxes of 4 KiB).  Creating an
  endpoint reserves these plus window 0's queue (DOORBELL_QUEUE_HEADER_BYTES
  + ring_bytes) in the shared-memory directory; each further window
  opened reserves one more queue.  Nothing else grows with the peers

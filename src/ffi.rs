@@ -97,7 +97,8 @@ pub const DOORBELL_MAX_WINDOWS: u32 = 16;
 const _: () = assert!(DOORBELL_ADDRESS_MAX == ADDRESS_MAX && DOORBELL_MAX_TASKS == MAX_TASKS);
 const _: () = assert!(DOORBELL_MAX_WINDOWS == MAX_WINDOWS);
 
-/// Bytes of a task's control segment before its queues.  Creating an
+/// Bytes of a task's control segment before its queues (its header, window
+/// slots and window 0's 8 fast boxes of 4 KiB).  Creating an
 /// endpoint reserves these plus window 0's queue (DOORBELL_QUEUE_HEADER_BYTES
 /// + ring_bytes) in the shared-memory directory; each further window
 /// opened reserves one more queue.  Nothing else grows with the peers
