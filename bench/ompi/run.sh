@@ -21,6 +21,8 @@
 #                   latency, bandwidth, idle CPU.  Put the hosts in MPIRUN_EXTRA,
 #                   e.g. MPIRUN_EXTRA="--host n1,n2 --mca btl_tcp_if_include eth1";
 #                   the binaries must exist at the same path on both nodes.
+#   BIND=none       leave the 8-rank runs unbound (default: round-robin over
+#                   the cores, the same for every transport)
 #   MPIRUN_EXTRA    extra mpirun arguments, appended to every run (word-split)
 #   TRANSPORTS      subset/order of the mode's transports, e.g. "vader tcp"
 #                   (needed while the doorbell component is not installed)
@@ -131,7 +133,10 @@ run_one() { # round bench transport
     local round=$1 bench=$2 t=$3 np=2 bind=(--bind-to core)
     if [ "$bench" = coll ]; then
         np=8
-        bind=(--bind-to none) # 8 ranks on 2 cores: let the kernel place them
+        # 8 ranks on 2 cores: round-robin, the same placement for every
+        # transport (BIND=none: let the kernel place them; then each run
+        # draws a placement, 10 or 20 us per barrier, vader's runs too)
+        if [ "${BIND:-}" = none ]; then bind=(--bind-to none); else bind=(--bind-to core:overload-allowed --map-by core); fi
     fi
     local log="$res/r$round-$bench-$t.log" m rc=0 start=$EPOCHREALTIME
     # shellcheck disable=SC2206 # the MCA string is meant to be word-split
