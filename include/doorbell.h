@@ -487,14 +487,25 @@ int doorbell_sendv(struct doorbell_endpoint *ep, uint32_t task, uint32_t window,
 int doorbell_progress(struct doorbell_endpoint *ep, uint32_t window, doorbell_recv_fn cb, void *ctx, struct doorbell_wake *wake);
 
 /*
- Could doorbell_progress(ep, window) find anything now?  Returns 1 if it
- may (messages, a notify, a peer event, queued sends to push, TCP
- connections to poll), 0 if it certainly would not: a caller that polls
- may skip the progress call (and a send batch around it) then.  Plain
- loads, no lock, no syscall.  Errors: INVALID_ARGUMENT (NULL ep),
- UNKNOWN_WINDOW.
+ Could doorbell_progress(ep, window) find anything now?  Returns 0 if it
+ certainly would not: a caller that polls may skip the progress call (and
+ a send batch around it) then; 2 if what it may find is only messages in
+ the window's shared-memory queue and fast boxes (doorbell_progress_local
+ takes those alone); 1 if it may find anything (a notify, a peer event,
+ queued sends to push, TCP connections to poll, messages).  Plain loads,
+ no lock, no syscall.  Errors: INVALID_ARGUMENT (NULL ep), UNKNOWN_WINDOW.
  */
 int doorbell_work_pending(const struct doorbell_endpoint *ep, uint32_t window);
+
+/*
+ Deliver what `window`'s shared-memory queue and fast boxes hold, and
+ nothing else (no TCP, no queued sends, no peer events or notifies): the
+ short pass for a caller that doorbell_work_pending answered 2.  Returns
+ the number of messages delivered (0 also when another thread is
+ delivering this window).  Errors: INVALID_ARGUMENT (NULL ep or cb),
+ UNKNOWN_WINDOW.
+ */
+int doorbell_progress_local(struct doorbell_endpoint *ep, uint32_t window, doorbell_recv_fn cb, void *ctx);
 
 /*
  Like progress, but if nothing is there wait (mode DOORBELL_WAIT_*) for a

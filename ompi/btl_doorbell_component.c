@@ -1012,6 +1012,32 @@ static __attribute__((noinline)) int full_pass(mca_btl_doorbell_module_t *module
     return count;
 }
 
+/* The pass over the shared-memory queue and fast boxes alone, when the
+ * core said nothing else is there (doorbell_work_pending 2): no send batch,
+ * no TCP, backlogs or peer events, which the next full pass sees.  ~200
+ * instructions less per delivering pass, paid once per message at 4 and 8
+ * ranks on 2 cores.  Called with progress_busy held; releases it. */
+static __attribute__((noinline)) int local_pass(mca_btl_doorbell_module_t *module)
+{
+    int count = doorbell_progress_local(module->core, MCA_BTL_DOORBELL_WINDOW,
+                                        mca_btl_doorbell_recv_cb, module);
+
+    if (OPAL_UNLIKELY(count < 0)) {
+        doorbell_wake wake = {0, 0};
+        mca_btl_doorbell_core_error(module, count, &wake);
+        count = 0;
+    }
+    /* completions of sends the callbacks made (full_pass says why) */
+    if (module->ncompleted) {
+        count += mca_btl_doorbell_drain_completed(module);
+    }
+    bool active = take_send_activity(module) || count > 0;
+    mca_btl_doorbell_idle_note_pass(module, active ? 1 : 0);
+    opal_atomic_wmb();
+    module->progress_busy = 0;
+    return count;
+}
+
 static int doorbell_component_progress(void)
 {
     mca_btl_doorbell_module_t *module = mca_btl_doorbell_component.module;
@@ -1029,15 +1055,22 @@ static int doorbell_component_progress(void)
     /* Most passes find nothing, and with more ranks than cores every
      * rank's empty pass delays the others' turns.  One question to the core
      * (plain loads, no lock) before the send batch and the full pass. */
-    if (0 == module->ncompleted && 0 == module->npending && 0 == module->nreads &&
-        0 == doorbell_work_pending(module->core, MCA_BTL_DOORBELL_WINDOW)) {
-        /* A send since the last pass is activity (full_pass says why), but
-         * needs no full pass of its own: the send is done. */
-        int active = take_send_activity(module);
-        mca_btl_doorbell_idle_note_pass(module, active);
-        opal_atomic_wmb();
-        module->progress_busy = 0;
-        return 0;
+    if (0 == module->ncompleted && 0 == module->npending && 0 == module->nreads) {
+        int work = doorbell_work_pending(module->core, MCA_BTL_DOORBELL_WINDOW);
+        if (0 == work) {
+            /* A send since the last pass is activity (full_pass says why), but
+             * needs no full pass of its own: the send is done. */
+            int active = take_send_activity(module);
+            mca_btl_doorbell_idle_note_pass(module, active);
+            opal_atomic_wmb();
+            module->progress_busy = 0;
+            return 0;
+        }
+        /* Only shared-memory messages: the short pass, unless the callbacks'
+         * control frames may go to TCP peers (they want the send batch). */
+        if (2 == work && 0 == (module->paths_seen & (1u << MCA_BTL_DOORBELL_PATH_TCP))) {
+            return local_pass(module);
+        }
     }
     return full_pass(module);
 }

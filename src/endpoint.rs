@@ -326,6 +326,23 @@ impl Endpoint {
         Ok(self.inner.may_have_work(window))
     }
 
+    /// may_have_work, telling apart "only shared-memory messages"
+    /// (work_check.rs `Work::Local`), which `progress_local` takes alone.
+    pub fn work_kind(&self, window: u32) -> Result<crate::work_check::Work> {
+        self.inner.check_window(window)?;
+        Ok(self.inner.work_kind(window))
+    }
+
+    /// Deliver what the window's shared-memory queue and fast boxes hold,
+    /// and nothing else: the pass for a caller that `work_kind` told
+    /// `Local` (the other sources had nothing a moment ago; the next full
+    /// pass sees what came since).  The number delivered (0 if another
+    /// thread holds the window's receive side).
+    pub fn progress_local(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Result<usize> {
+        self.inner.check_window(window)?;
+        Ok(self.inner.poll_queue(window, cb).unwrap_or(0))
+    }
+
     pub fn wait(
         &self,
         window: u32,

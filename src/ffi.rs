@@ -549,18 +549,45 @@ pub unsafe extern "C" fn doorbell_progress(
     })
 }
 
-/// Could doorbell_progress(ep, window) find anything now?  Returns 1 if it
-/// may (messages, a notify, a peer event, queued sends to push, TCP
-/// connections to poll), 0 if it certainly would not: a caller that polls
-/// may skip the progress call (and a send batch around it) then.  Plain
-/// loads, no lock, no syscall.  Errors: INVALID_ARGUMENT (NULL ep),
-/// UNKNOWN_WINDOW.
+/// Could doorbell_progress(ep, window) find anything now?  Returns 0 if it
+/// certainly would not: a caller that polls may skip the progress call (and
+/// a send batch around it) then; 2 if what it may find is only messages in
+/// the window's shared-memory queue and fast boxes (doorbell_progress_local
+/// takes those alone); 1 if it may find anything (a notify, a peer event,
+/// queued sends to push, TCP connections to poll, messages).  Plain loads,
+/// no lock, no syscall.  Errors: INVALID_ARGUMENT (NULL ep), UNKNOWN_WINDOW.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_work_pending(ep: *const doorbell_endpoint, window: u32) -> c_int {
     guard(|| {
         // SAFETY: `ep` is NULL or a live handle (the module's contract).
         let ep = unsafe { endpoint(ep) }?;
-        Ok(c_int::from(ep.may_have_work(window)?))
+        Ok(match ep.work_kind(window)? {
+            crate::work_check::Work::None => 0,
+            crate::work_check::Work::Any => 1,
+            crate::work_check::Work::Local => 2,
+        })
+    })
+}
+
+/// Deliver what `window`'s shared-memory queue and fast boxes hold, and
+/// nothing else (no TCP, no queued sends, no peer events or notifies): the
+/// short pass for a caller that doorbell_work_pending answered 2.  Returns
+/// the number of messages delivered (0 also when another thread is
+/// delivering this window).  Errors: INVALID_ARGUMENT (NULL ep or cb),
+/// UNKNOWN_WINDOW.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_progress_local(
+    ep: *mut doorbell_endpoint,
+    window: u32,
+    cb: doorbell_recv_fn,
+    ctx: *mut c_void,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        cb.ok_or(Error::InvalidArgument)?;
+        let n = ep.progress_local(window, &mut call_back(cb, ctx, window))?;
+        Ok(n.min(c_int::MAX as usize) as c_int)
     })
 }
 

@@ -86,6 +86,8 @@ pub use counters::doorbell_counters;
 #[cfg(not(loom))]
 pub use endpoint::{Endpoint, Woke};
 #[cfg(not(loom))]
+pub use work_check::Work;
+#[cfg(not(loom))]
 pub use remote_read::{ReadDone, ReadDst};
 #[cfg(not(loom))]
 pub use error::{Error, Result};

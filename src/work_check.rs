@@ -12,6 +12,14 @@
 //! something.
 
 use crate::endpoint::Inner;
+
+/// The answer of `work_kind`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Work {
+    None,
+    Local,
+    Any,
+}
 use crate::queue::QueueRef;
 use std::sync::atomic::Ordering;
 
@@ -19,13 +27,27 @@ impl Inner {
     /// Could a progress pass over `window` (an open window) deliver,
     /// report or push anything now?
     pub(crate) fn may_have_work(&self, window: u32) -> bool {
-        self.backlog_msgs.load(Ordering::Relaxed) != 0
+        self.work_kind(window) != Work::None
+    }
+
+    /// What a pass over `window` could find now: nothing; only messages in
+    /// the window's shared-memory queue and fast boxes (a caller may then
+    /// poll just those, `poll_local`); or anything else as well.
+    pub(crate) fn work_kind(&self, window: u32) -> Work {
+        let other = self.backlog_msgs.load(Ordering::Relaxed) != 0
             // TCP connections are polled (epoll_wait) by every pass: a
             // packet there raises no flag until the FLIH is armed.
             || self.conn_count.load(Ordering::Relaxed) != 0
-            || self.window_flagged(window)
-            || self.windows[window as usize].queue_view.as_ref().is_none_or(QueueRef::unread_or_waiting)
+            || self.window_flagged(window);
+        if other {
+            Work::Any
+        } else if self.windows[window as usize].queue_view.as_ref().is_none_or(QueueRef::unread_or_waiting)
             || self.boxes_unread(window)
+        {
+            Work::Local
+        } else {
+            Work::None
+        }
     }
 
     /// Could a fast box of `window` hold an unread record, or a new box

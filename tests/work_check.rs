@@ -117,3 +117,45 @@ fn tcp_connections_are_always_polled() {
     }
     assert_eq!(rx.may_have_work(0), Ok(true), "connections to poll");
 }
+
+/// `work_kind` tells "only shared-memory messages" (Work::Local) apart from
+/// anything else, and `progress_local` takes those alone: what the short
+/// pass of the Open MPI component relies on.  Another source (a notify, a
+/// TCP connection) makes it Work::Any, for the full pass.
+#[test]
+fn local_messages_alone_get_the_short_pass() {
+    use doorbell::Work;
+    let j = job();
+    let (rx, tx, far) = (ep(&j, 0, 1, None), ep(&j, 1, 1, None), ep(&j, 2, 2, None));
+    connect_all(&[&rx, &tx]);
+    assert_eq!(rx.work_kind(0), Ok(Work::None));
+    // queue messages, then (after 16) fast-box ones
+    for i in 0..40u8 {
+        tx.send_small(0, 0, 1, &[i], b"x").unwrap();
+        assert_eq!(rx.work_kind(0), Ok(Work::Local), "message {i} waits");
+        let mut got = vec![];
+        assert_eq!(rx.progress_local(0, &mut |t, _, d| got.push((t, d.to_vec()))), Ok(1));
+        assert_eq!(got, vec![(1, vec![i, b'x'])]);
+        assert_eq!(rx.work_kind(0), Ok(Work::None), "message {i} delivered");
+    }
+    assert!(tx.counters().shm_box_sent > 0, "{:?}", tx.counters());
+    // a notify is not a message: the full pass reports it
+    tx.send_small(0, 0, 1, b"y", b"").unwrap();
+    tx.local_notify(0, 0).unwrap();
+    assert_eq!(rx.work_kind(0), Ok(Work::Any));
+    assert_eq!(rx.progress_local(0, &mut |_, _, _| {}), Ok(1));
+    assert_eq!(rx.progress(0, &mut |_, _, _| {}), Ok(Woke::Notify));
+    assert_eq!(rx.work_kind(0), Ok(Work::None));
+    // a TCP connection is polled by every full pass
+    connect_all(&[&rx, &far]);
+    far.send(0, 0, 1, &[b"z"]).unwrap();
+    assert_eq!(rx.work_kind(0), Ok(Work::Any));
+    assert_eq!(rx.progress_local(0, &mut |_, _, _| panic!("a TCP message in the short pass")), Ok(0));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut n = 0;
+    while n == 0 {
+        assert!(Instant::now() < deadline);
+        let _ = rx.progress(0, &mut |_, _, _| n += 1);
+    }
+    assert_eq!(rx.progress_local(7, &mut |_, _, _| {}), Err(Error::UnknownWindow));
+}
