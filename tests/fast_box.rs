@@ -117,6 +117,19 @@ fn order_holds_while_messages_move_between_box_and_queue() {
     }
 }
 
+/// Wait in `mode` until message `seq` (and nothing else) arrives; a wait
+/// that times out (2 s) is a lost wake-up.
+fn wait_for(e: &Endpoint, mode: WaitMode, seq: u64, what: &str) {
+    let mut got = false;
+    while !got {
+        let r = e.wait(0, Some(mode), Some(Duration::from_secs(2)), &mut |_, _, d| {
+            assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), seq);
+            got = true;
+        });
+        assert!(!matches!(r, Ok(Woke::Timeout) | Err(_)), "{what} {seq}: {r:?}");
+    }
+}
+
 #[test]
 fn a_sleeping_receiver_is_woken_by_its_box() {
     let j = job();
@@ -127,27 +140,13 @@ fn a_sleeping_receiver_is_woken_by_its_box() {
         std::thread::scope(|s| {
             s.spawn(|| {
                 for seq in 0..ROUNDS {
-                    let mut got = false;
-                    while !got {
-                        let r = b.wait(0, Some(mode), Some(Duration::from_secs(2)), &mut |_, _, d| {
-                            assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), seq);
-                            got = true;
-                        });
-                        assert!(!matches!(r, Ok(Woke::Timeout) | Err(_)), "ping {seq}: {r:?}");
-                    }
+                    wait_for(&b, mode, seq, "ping");
                     b.send_small(0, 0, 1, &seq.to_le_bytes(), b"pong").unwrap();
                 }
             });
             for seq in 0..ROUNDS {
                 a.send_small(1, 0, 1, &seq.to_le_bytes(), b"ping").unwrap();
-                let mut got = false;
-                while !got {
-                    let r = a.wait(0, Some(mode), Some(Duration::from_secs(2)), &mut |_, _, d| {
-                        assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), seq);
-                        got = true;
-                    });
-                    assert!(!matches!(r, Ok(Woke::Timeout) | Err(_)), "pong {seq}: {r:?}");
-                }
+                wait_for(&a, mode, seq, "pong");
             }
         });
     }
