@@ -191,8 +191,7 @@ impl Endpoint {
             secret: crate::handshake::random().map_err(|_| Error::Internal)?,
         };
         let rx_budget = RxBudget::new(cfg.max_backlog);
-        let boxes = || (0..crate::fbox::BOXES).map(|i| control.fast_box(i)).collect::<Result<Vec<_>>>();
-        let box_views = boxes()?;
+        let box_views = (0..crate::fbox::BOXES).map(|i| control.fast_box(i)).collect::<Result<Vec<_>>>()?;
         let windows = (0..MAX_WINDOWS)
             .map(|w| WindowLocal {
                 queue_view: control.queue(w).ok(),

@@ -106,16 +106,17 @@ pub struct BoxRx {
     pub broken: bool,
 }
 
-/// The receiver's boxes (window 0), as far as it has seen them claimed.
+/// The receiver's boxes (window 0), as far as it has seen them claimed
+/// (the claim count it took up is its BoxWatch's `seen`).
 #[derive(Default)]
 pub struct BoxesRx {
-    pub seen: u32,
     pub boxes: Vec<BoxRx>,
 }
 
 /// What a look for work (work_check.rs) reads of the boxes without the
 /// receive side's lock, on one line: each box's next header word, and the
-/// claims taken up.  Kept by the BoxesRx that holds the boxes.
+/// claims taken up.  Written only by the BoxesRx that holds the boxes
+/// (under the window's receive lock).
 #[derive(Default)]
 #[repr(align(64))]
 pub struct BoxWatch {
@@ -160,7 +161,7 @@ impl BoxesRx {
     pub fn refresh(&mut self, watch: &BoxWatch, table: &BoxTable, open: impl Fn(usize) -> Result<QueueRef>, me: u32, max_message: u64) {
         // SYNC POINT F1 (receiver side).
         let claims = table.claims.load(Ordering::Acquire);
-        if claims == self.seen {
+        if claims == watch.seen.load(Ordering::Relaxed) {
             return;
         }
         self.take_up(watch, claims, table, open, me, max_message);
@@ -168,7 +169,6 @@ impl BoxesRx {
 
     #[cold]
     fn take_up(&mut self, watch: &BoxWatch, claims: u32, table: &BoxTable, open: impl Fn(usize) -> Result<QueueRef>, me: u32, max_message: u64) {
-        self.seen = claims;
         for (i, owner) in table.owners.iter().enumerate() {
             let o = owner.load(Ordering::Acquire);
             if o == 0 || self.boxes.iter().any(|b| b.index == i) {

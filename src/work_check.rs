@@ -32,7 +32,7 @@ impl Inner {
 
     /// What a pass over `window` could find now: nothing; only messages in
     /// the window's shared-memory queue and fast boxes (a caller may then
-    /// poll just those, `poll_local`); or anything else as well.
+    /// poll just those, `Endpoint::progress_local`); or anything else as well.
     pub(crate) fn work_kind(&self, window: u32) -> Work {
         let other = self.backlog_msgs.load(Ordering::Relaxed) != 0
             // TCP connections are polled (epoll_wait) by every pass: a

@@ -150,11 +150,10 @@ impl Inner {
     #[cold]
     fn claim_fast_box(&self, p: &Peer, ctl: &Control) {
         let _ = p.fast_box.get_or_init(|| {
-            let b = BoxTx::claim(ctl.box_table(), self.cfg.task, std::process::id(), |i| {
+            BoxTx::claim(ctl.box_table(), self.cfg.task, std::process::id(), |i| {
                 ctl.populate_box(i);
                 ctl.fast_box(i)
-            });
-            b
+            })
         });
     }
 
