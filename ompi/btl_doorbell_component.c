@@ -947,6 +947,19 @@ static inline bool take_send_activity(mca_btl_doorbell_module_t *module)
     return true;
 }
 
+/* Every pass ends here: tell the idle point whether it was active, and
+ * release progress_busy.  A send since the last pass (this thread's or
+ * another's) is activity too: a reply usually follows, so the wait starts
+ * afresh. */
+static inline int end_pass(mca_btl_doorbell_module_t *module, int count)
+{
+    bool active = take_send_activity(module) || count > 0;
+    mca_btl_doorbell_idle_note_pass(module, active ? 1 : 0);
+    opal_atomic_wmb();
+    module->progress_busy = 0;
+    return count;
+}
+
 /* The pass proper: the send batch, deferred completions and refused sends,
  * the core's progress, reads.  Called with progress_busy held; releases it.
  * Out of line, so the empty pass (below) sets up no frame for it. */
@@ -1003,13 +1016,7 @@ static __attribute__((noinline)) int full_pass(mca_btl_doorbell_module_t *module
     if (batch) {
         (void) doorbell_batch_end();
     }
-    /* A send since the last pass (this thread's or another's) is activity
-     * too: a reply usually follows, so the wait starts afresh. */
-    bool active = take_send_activity(module) || count > 0;
-    mca_btl_doorbell_idle_note_pass(module, active ? 1 : 0);
-    opal_atomic_wmb();
-    module->progress_busy = 0;
-    return count;
+    return end_pass(module, count);
 }
 
 /* The pass over the shared-memory queue and fast boxes alone, when the
@@ -1031,11 +1038,7 @@ static __attribute__((noinline)) int local_pass(mca_btl_doorbell_module_t *modul
     if (module->ncompleted) {
         count += mca_btl_doorbell_drain_completed(module);
     }
-    bool active = take_send_activity(module) || count > 0;
-    mca_btl_doorbell_idle_note_pass(module, active ? 1 : 0);
-    opal_atomic_wmb();
-    module->progress_busy = 0;
-    return count;
+    return end_pass(module, count);
 }
 
 static int doorbell_component_progress(void)
@@ -1058,13 +1061,9 @@ static int doorbell_component_progress(void)
     if (0 == module->ncompleted && 0 == module->npending && 0 == module->nreads) {
         int work = doorbell_work_pending(module->core, MCA_BTL_DOORBELL_WINDOW);
         if (0 == work) {
-            /* A send since the last pass is activity (full_pass says why), but
-             * needs no full pass of its own: the send is done. */
-            int active = take_send_activity(module);
-            mca_btl_doorbell_idle_note_pass(module, active);
-            opal_atomic_wmb();
-            module->progress_busy = 0;
-            return 0;
+            /* A send since the last pass is activity (end_pass), but needs
+             * no full pass of its own: the send is done. */
+            return end_pass(module, 0);
         }
         /* Only shared-memory messages: the short pass, unless the callbacks'
          * control frames may go to TCP peers (they want the send batch). */
