@@ -548,6 +548,7 @@ impl Inner {
         // thread-local bookkeeping (a connection made meanwhile just sends
         // at once).
         let _batch = (self.conn_count.load(Ordering::Relaxed) != 0).then(crate::batch::begin);
+        crate::queue::note_receive_pass();
         self.push_all_backlogs();
         let mut d = Delivered::default();
         let w = &self.windows[window as usize];

@@ -34,6 +34,7 @@ impl Inner {
     /// the window's shared-memory queue and fast boxes (a caller may then
     /// poll just those, `Endpoint::progress_local`); or anything else as well.
     pub(crate) fn work_kind(&self, window: u32) -> Work {
+        crate::queue::note_receive_pass();
         let other = self.backlog_msgs.load(Ordering::Relaxed) != 0
             // TCP connections are polled (epoll_wait) by every pass: a
             // packet there raises no flag until the FLIH is armed.
