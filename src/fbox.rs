@@ -89,11 +89,16 @@ impl BoxTx {
         None
     }
 
-    /// May the next message go in the box?  Only if all we put in the
-    /// receiver's queue (written by `queue`) was read (F2).
+    /// May the next message, of `len` bytes, go in the box?  Only if the
+    /// box takes a message that large, and all we put in the receiver's
+    /// queue (written by `queue`) was read (F2).  The size comes first: a
+    /// message the box cannot take goes to the queue anyway, and F2 would
+    /// have loaded the receiver's `head` for nothing (after a queued
+    /// message that line has moved to the receiver's core: 21% of the
+    /// send's samples with 2 KiB messages).
     #[inline(always)]
-    pub fn open_after(&self, queue: &QueueWriter) -> bool {
-        queue.all_read(&self.read_to)
+    pub fn open_after(&self, queue: &QueueWriter, len: u64) -> bool {
+        self.w.takes_whole(len) && queue.all_read(&self.read_to)
     }
 }
 

@@ -504,7 +504,7 @@ impl QueueWriter {
     pub fn write_whole(&self, tag: u8, msg: &Gather, ring: &mut dyn FnMut() -> bool) -> bool {
         let h = self.q.hdr();
         let total = msg.len();
-        if total > LEN_MAX || total > self.q.cap / 4 {
+        if !self.takes_whole(total) {
             return false;
         }
         // SYNC POINT Q1 (acquire): one try; a busy lock means the careful path.
@@ -529,6 +529,13 @@ impl QueueWriter {
         // SYNC POINT Q1 (release).
         h.lock.store(0, Ordering::Release);
         ok
+    }
+
+    /// Can `write_whole` ever take a message of `len` bytes?  (At most a
+    /// quarter of the ring, so one message never fills it.)
+    #[inline(always)]
+    pub fn takes_whole(&self, len: u64) -> bool {
+        len <= LEN_MAX && len <= self.q.cap / 4
     }
 
     /// write_whole for a message of at most SMALL_BYTES in two pieces (an

@@ -111,7 +111,7 @@ impl Inner {
             if let (Some(ctl), Some(w)) = (p.control.get(), self.direct_writer(p, window)) {
                 if receiver_takes(ctl, window).is_ok() {
                     let ring = || self.ring_after_direct(ctl, window);
-                    if let Some(fb) = self.fast_box(p, ctl, window, w) {
+                    if let Some(fb) = self.fast_box(p, ctl, window, w, (a.len() + b.len()) as u64) {
                         if fb.w.write_small(tag, a, b, ring) {
                             return Ok(());
                         }
@@ -125,16 +125,17 @@ impl Inner {
         self.send(task, window, tag, &[a, b])
     }
 
-    /// Our fast box at `p` if the next message to `window` may go in it
-    /// (fbox.rs): window 0, a box claimed, and all we queued read (F2).
-    /// Asks for a box at the BOX_AFTER-th direct send.
+    /// Our fast box at `p` if the next message to `window`, of `len`
+    /// bytes, may go in it (fbox.rs): window 0, a box claimed that takes
+    /// that size, and all we queued read (F2).  Asks for a box at the
+    /// BOX_AFTER-th direct send.
     #[inline(always)]
-    fn fast_box<'p>(&self, p: &'p Peer, ctl: &Control, window: u32, queue: &QueueWriter) -> Option<&'p BoxTx> {
+    fn fast_box<'p>(&self, p: &'p Peer, ctl: &Control, window: u32, queue: &QueueWriter, len: u64) -> Option<&'p BoxTx> {
         if window != 0 {
             return None;
         }
         match p.fast_box.get() {
-            Some(b) => b.as_ref().filter(|b| b.open_after(queue)),
+            Some(b) => b.as_ref().filter(|b| b.open_after(queue, len)),
             None => {
                 // A plain count: threads that race only ask a little later.
                 let n = p.direct_sends.load(Ordering::Relaxed) + 1;
@@ -184,7 +185,7 @@ impl Inner {
         // queued that it could overtake.  Anything else takes the path below.
         if let Some(w) = self.direct_writer(p, window) {
             let mut ring = || self.ring_after_direct(ctl, window);
-            if let Some(fb) = self.fast_box(p, ctl, window, w) {
+            if let Some(fb) = self.fast_box(p, ctl, window, w, g.len()) {
                 if fb.w.write_whole(tag, &g, &mut ring) {
                     return Ok(());
                 }
