@@ -60,34 +60,53 @@ pub enum Woke {
     /// to this window was delivered): reported once, like a loss.
     PeerClosed(u32),
 }
+/// What a look for work reads comes first (repr(C); see Inner).
 #[derive(Default)]
+#[repr(C)]
 pub(crate) struct WindowLocal {
-    pub(crate) rx: TryLock<WindowRx>,
-    pub(crate) inbox: Mutex<VecDeque<Inbound>>,
+    /// The window's queue, for reading its header without `rx`
+    /// (work_check.rs; None only if the control segment cannot hold it).
+    pub(crate) queue_view: Option<QueueRef>,
     pub(crate) inbox_ready: AtomicBool,
+    pub(crate) peer_events_ready: AtomicBool,
+    pub(crate) rx: TryLock<WindowRx>,
+    /// The window's fast boxes (window 0 only; fbox.rs), and what a look
+    /// for work reads of them.
+    pub(crate) box_watch: crate::fbox::BoxWatch,
+    pub(crate) box_views: Vec<QueueRef>,
+    pub(crate) inbox: Mutex<VecDeque<Inbound>>,
     /// Peers that ended, as Woke::PeerLost or Woke::PeerClosed.
     pub(crate) peer_events: Mutex<VecDeque<Woke>>,
-    pub(crate) peer_events_ready: AtomicBool,
     /// Written under `rx` only (counters.rs).
     pub(crate) shm_received: GuardedCount,
     /// Remote reads that ended, for `reads_done` (remote_read.rs).
     pub(crate) reads_done: Mutex<Vec<ReadDone>>,
-    /// The window's queue, for reading its header without `rx`
-    /// (work_check.rs; None only if the control segment cannot hold it).
-    pub(crate) queue_view: Option<QueueRef>,
-    /// The window's fast boxes (window 0 only; fbox.rs), and what a look
-    /// for work reads of them.
-    pub(crate) box_views: Vec<QueueRef>,
-    pub(crate) box_watch: crate::fbox::BoxWatch,
 }
 
+/// The fields that every progress pass and every send read come first,
+/// in declaration order (repr(C)), on the struct's first lines: after a
+/// context switch each line they are spread over is one more miss (as
+/// for Peer, peers.rs).
+#[repr(C, align(64))]
 pub(crate) struct Inner {
+    pub(crate) windows: Vec<WindowLocal>,
+    pub(crate) control: Control,
+    /// Messages queued in peers' backlogs (a fast "anything to push?";
+    /// counted in messages, since a zero-length message has no bytes).
+    pub(crate) backlog_msgs: AtomicU64,
+    /// conns.len(), readable without the lock.
+    pub(crate) conn_count: AtomicUsize,
+    pub(crate) peers: TaskTable<Peer>,
+    /// Windows this endpoint opened: check_window's copy of the control
+    /// header's count.  The header sits in shared memory any process of
+    /// the user may write, and with more ranks than cores its line was a
+    /// cache miss on most progress calls (77% of doorbell_work_pending).
+    windows_opened: AtomicU32,
+    /// The FLIH thread failed (flih.rs): progress and wait report it.
+    pub(crate) flih_failed: AtomicBool,
     pub(crate) cfg: Config,
     pub(crate) job_hash: u64,
     pub(crate) me: Address,
-    pub(crate) control: Control,
-    pub(crate) windows: Vec<WindowLocal>,
-    pub(crate) peers: TaskTable<Peer>,
     pub(crate) conns: Mutex<HashMap<u64, Arc<Conn>>>,
     /// TCP frame bodies and send queues (buf_pool.rs).
     pub(crate) buf_pool: Arc<BufPool>,
@@ -98,13 +117,6 @@ pub(crate) struct Inner {
     pub(crate) reads: Reads,
     /// Connections that stopped reading for want of budget.
     pub(crate) throttled: Mutex<Vec<Arc<Conn>>>,
-    /// conns.len(), readable without the lock.
-    pub(crate) conn_count: AtomicUsize,
-    /// Windows this endpoint opened: check_window's copy of the control
-    /// header's count.  The header sits in shared memory any process of
-    /// the user may write, and with more ranks than cores its line was a
-    /// cache miss on most progress calls (77% of doorbell_work_pending).
-    windows_opened: AtomicU32,
     pub(crate) next_token: AtomicU64,
     /// The FLIH's epoll set: shutdown, listener, pidfds, and `conn_epoll`.
     pub(crate) epoll: Epoll,
@@ -127,14 +139,9 @@ pub(crate) struct Inner {
     /// if the listener could not be set.
     pub(crate) accepted_default_congestion: Option<std::ffi::OsString>,
     pub(crate) counters: Counters,
-    /// Messages queued in peers' backlogs (a fast "anything to push?";
-    /// counted in messages, since a zero-length message has no bytes).
-    pub(crate) backlog_msgs: AtomicU64,
     /// Bytes in those messages not yet in a queue (to see a stream move).
     pub(crate) backlog_bytes: AtomicU64,
     pub(crate) parker: SharedFutex,
-    /// The FLIH thread failed (flih.rs): progress and wait report it.
-    pub(crate) flih_failed: AtomicBool,
 }
 
 pub struct Endpoint {
