@@ -23,8 +23,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// after a context switch each line of them is a miss, and with the
 /// compiler's order `local` alone sat 600 bytes away from `control` and the
 /// writers (perf, 8 ranks on 2 cores: 15% of the send's samples on that
-/// one load).
-#[repr(C)]
+/// one load).  Line-aligned, so the Arc's counts before it do not push
+/// the first of them onto a second line.
+#[repr(C, align(64))]
 pub(crate) struct Peer {
     pub(crate) local: bool,
     pub(crate) lost: AtomicBool,
