@@ -17,6 +17,11 @@ const CHUNKS: usize = (MAX_TASKS as usize).div_ceil(CHUNK);
 type Chunk<T> = Box<[OnceLock<Arc<T>>]>;
 
 pub(crate) struct TaskTable<T> {
+    /// Tasks 0..CHUNK, made with the table: a lookup there is one load of
+    /// the slot, not the chunk array's line first (after a context switch
+    /// each was a miss on the way to every send).
+    first: Chunk<T>,
+    /// The chunks of the other tasks (the first one unused).
     chunks: Box<[OnceLock<Chunk<T>>]>,
     /// Every record, in insertion order, for passes over all of them.
     all: Mutex<Vec<Arc<T>>>,
@@ -25,6 +30,7 @@ pub(crate) struct TaskTable<T> {
 impl<T> Default for TaskTable<T> {
     fn default() -> Self {
         TaskTable {
+            first: (0..CHUNK).map(|_| OnceLock::new()).collect(),
             chunks: (0..CHUNKS).map(|_| OnceLock::new()).collect(),
             all: Mutex::new(Vec::new()),
         }
@@ -32,8 +38,12 @@ impl<T> Default for TaskTable<T> {
 }
 
 impl<T> TaskTable<T> {
+    #[inline]
     pub fn get(&self, task: u32) -> Option<&Arc<T>> {
         let t = task as usize;
+        if t < CHUNK {
+            return self.first[t].get();
+        }
         self.chunks.get(t / CHUNK)?.get()?[t % CHUNK].get()
     }
 
@@ -42,8 +52,11 @@ impl<T> TaskTable<T> {
     /// `task` must be below MAX_TASKS (callers validate task ids first).
     pub fn get_or_insert_with(&self, task: u32, make: impl FnOnce() -> T) -> &Arc<T> {
         let t = task as usize;
-        let chunk =
-            self.chunks[t / CHUNK].get_or_init(|| (0..CHUNK).map(|_| OnceLock::new()).collect());
+        let chunk = if t < CHUNK {
+            &self.first
+        } else {
+            self.chunks[t / CHUNK].get_or_init(|| (0..CHUNK).map(|_| OnceLock::new()).collect())
+        };
         chunk[t % CHUNK].get_or_init(|| {
             let rec = Arc::new(make());
             lock(&self.all).push(rec.clone());
