@@ -85,6 +85,7 @@ pub(crate) fn note_receive_pass() {
     // Not an RMW: a lost increment between threads only delays a hint.
     RECEIVE_PASSES.store(RECEIVE_PASSES.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
 }
+
 /// The largest message write_small takes (four lines with its header).
 const SMALL_BYTES: u64 = 248;
 /// Tries of the producer lock per write before the queue counts as full.

@@ -1,11 +1,13 @@
 //! An insert-only map from task id to a record, read on every send.
 //!
-//! A lookup is two `OnceLock` loads and takes no lock: a read-write lock
-//! costs two locked instructions per send even uncontended, which on the
-//! 8-byte shared-memory path was a measurable share of the latency.
+//! A lookup is one `OnceLock` load for tasks below `CHUNK` (two above)
+//! and takes no lock: a read-write lock costs two locked instructions per
+//! send even uncontended, which on the 8-byte shared-memory path was a
+//! measurable share of the latency.
 //! Records are never removed (a lost peer is marked, not forgotten), so a
 //! `&T` handed out lives as long as the table.  Storage grows by chunks of
-//! `CHUNK` entries, made on the first insert in them.
+//! `CHUNK` entries, made on the first insert in them (the first chunk with
+//! the table).
 
 use crate::config::MAX_TASKS;
 use crate::sync::lock;
@@ -15,6 +17,10 @@ const CHUNK: usize = 128;
 const CHUNKS: usize = (MAX_TASKS as usize).div_ceil(CHUNK);
 
 type Chunk<T> = Box<[OnceLock<Arc<T>>]>;
+
+fn new_chunk<T>() -> Chunk<T> {
+    (0..CHUNK).map(|_| OnceLock::new()).collect()
+}
 
 pub(crate) struct TaskTable<T> {
     /// Tasks 0..CHUNK, made with the table: a lookup there is one load of
@@ -30,7 +36,7 @@ pub(crate) struct TaskTable<T> {
 impl<T> Default for TaskTable<T> {
     fn default() -> Self {
         TaskTable {
-            first: (0..CHUNK).map(|_| OnceLock::new()).collect(),
+            first: new_chunk(),
             chunks: (0..CHUNKS).map(|_| OnceLock::new()).collect(),
             all: Mutex::new(Vec::new()),
         }
@@ -55,7 +61,7 @@ impl<T> TaskTable<T> {
         let chunk = if t < CHUNK {
             &self.first
         } else {
-            self.chunks[t / CHUNK].get_or_init(|| (0..CHUNK).map(|_| OnceLock::new()).collect())
+            self.chunks[t / CHUNK].get_or_init(new_chunk)
         };
         chunk[t % CHUNK].get_or_init(|| {
             let rec = Arc::new(make());

@@ -12,6 +12,8 @@
 //! something.
 
 use crate::endpoint::Inner;
+use crate::queue::QueueRef;
+use std::sync::atomic::Ordering;
 
 /// The answer of `work_kind`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -20,8 +22,6 @@ pub enum Work {
     Local,
     Any,
 }
-use crate::queue::QueueRef;
-use std::sync::atomic::Ordering;
 
 impl Inner {
     /// Could a progress pass over `window` (an open window) deliver,
