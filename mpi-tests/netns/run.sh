@@ -297,7 +297,10 @@ if [[ $SUITE_OK == 1 ]]; then
         fail "$what: whole suite run (exit $SUITE_RC with no failed test counted: $(tail -n 1 "$out"))"
       fi
       if [[ $SUITE_RC -ne 0 ]]; then
-        grep -E '^FAIL' "$out" | sed 's/^/    | /' | head -n 20 || true
+        # each failure with the end of its log (the suite's "      |"
+        # lines), so a failure on CI says why; $BUILD is gone after exit
+        awk '/^FAIL/ {show = 1; print; next} show && /^      \|/ {print; next} {show = 0}' "$out" |
+          sed 's/^/    | /' | head -n 120 || true
       fi
       np_=; nf_=
       check_nodeB_shm "$run self,doorbell"
