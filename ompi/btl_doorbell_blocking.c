@@ -146,36 +146,39 @@ DOORBELL_BLOCKING_CALLS(DEFINE_WRAPPERS)
  * storing flags in shared memory, which ring no doorbell: a sleeper there
  * would wait for its timeout (16 ms per PSCW epoch), so such a call spins
  * like MPI_Test (and yields when Open MPI asks). */
-static bool osc_sends_messages(const void *fn)
+__attribute__((noinline, cold)) static bool osc_sends_messages(const void *fn)
 {
     Dl_info info;
     return 0 != dladdr(fn, &info) && NULL != info.dli_fname &&
            NULL != strstr(info.dli_fname, "mca_osc_pt2pt");
 }
 
-static bool win_may_sleep(MPI_Win win)
+/* The answer depends only on the module's component, which its fence
+ * function names, so the last fence of each kind is remembered: one load
+ * and a compare on the RMA calls of a program (the lock/flush/unlock loop
+ * over osc sm ran 10% of its samples in a per-thread table before).  The
+ * two slots are a cache of a pure function of the pointer, so relaxed
+ * loads and stores are enough: a stale or raced slot only costs a dladdr. */
+static const void *fence_sends; /* osc pt2pt's */
+static const void *fence_quiet; /* any other component's (sm, rdma, ...) */
+
+static inline bool win_may_sleep(MPI_Win win)
 {
-    /* a few modules per thread: no lock, no race */
-    static __thread struct {
-        const void *module;
-        bool sleeps;
-    } seen[8];
-    static __thread unsigned int next;
     const ompi_win_t *w = (const ompi_win_t *) win;
 
     if (NULL == w || NULL == w->w_osc_module) { /* MPI_WIN_NULL has no module */
         return false;
     }
-    for (unsigned int i = 0; i < 8; ++i) {
-        if (seen[i].module == w->w_osc_module) {
-            return seen[i].sleeps;
-        }
+    const void *fence = (const void *) w->w_osc_module->osc_fence;
+    if (fence == __atomic_load_n(&fence_quiet, __ATOMIC_RELAXED)) {
+        return false;
     }
-    bool sleeps = osc_sends_messages((const void *) w->w_osc_module->osc_fence);
-    seen[next % 8].module = w->w_osc_module;
-    seen[next % 8].sleeps = sleeps;
-    ++next;
-    return sleeps;
+    if (fence == __atomic_load_n(&fence_sends, __ATOMIC_RELAXED)) {
+        return true;
+    }
+    bool sends = osc_sends_messages(fence);
+    __atomic_store_n(sends ? &fence_sends : &fence_quiet, fence, __ATOMIC_RELAXED);
+    return sends;
 }
 
 #define DEFINE_RMA_WRAPPERS(name, params, args)                   \
