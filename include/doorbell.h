@@ -392,6 +392,23 @@ typedef struct doorbell_counters {
    this process's own at the receiver) rather than its shared queue.
    */
   uint64_t shm_box_sent;
+  /*
+   Sleeps on a window's bell that ended by their timeout, unrung.
+   */
+  uint64_t sleep_timeouts;
+  /*
+   Of sleep_timeouts, the ones that found work already waiting when
+   they ended: a message or room that came without its ring, so the
+   sleep held up work for its whole timeout.  A stall; 0 when every
+   source rings.
+   */
+  uint64_t late_wakeups;
+  /*
+   Waits for room (a full queue or socket) that gave up at their limit
+   while this process had something to receive, which the peer may be
+   waiting for: a stall; 0 when waits end as soon as inbound arrives.
+   */
+  uint64_t waits_past_inbound;
 } doorbell_counters;
 
 #ifdef __cplusplus

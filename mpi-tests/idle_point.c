@@ -8,8 +8,11 @@
  * 2. thread_wake (with argument "threads", which asks for
  *    MPI_THREAD_MULTIPLE and skips self_rma: osc pt2pt refuses that level): the main thread waits in
  *    MPI_Recv for a message another thread of the same rank sends to it
- *    (btl self).  The completion must wake it at once: mean < 2 ms, worst
- *    < 10 ms, where a sleep that waits for its timeout takes 1-16 ms.
+ *    (btl self).  The completion must wake it at once; a sleep that waits
+ *    for its timeout instead (1-16 ms) is counted as a stall at finalize,
+ *    which mpi-tests/run.sh checks (stalls.sh).  The wake-up times are
+ *    printed, not checked: on a loaded machine the scheduler alone delays
+ *    a wake-up by 10 ms and more.
  * 3. test_compute: rank 2k+1 computes 20 us chunks with MPI_Test between
  *    them until rank 2k's message (sent after 100 ms) completes.  A sleep
  *    blocks the thread: the loop may show no voluntary context switch
@@ -112,9 +115,6 @@ static void thread_wake(void)
     pthread_join(t, NULL);
     printf("idle_point: rank %d thread_wake mean %.0f us worst %.0f us\n", rank, sum / WAKES * 1e6,
            worst * 1e6);
-    CHECK(sum / WAKES < 2e-3 && worst < 10e-3,
-          "thread_wake: mean %.2f ms worst %.2f ms: another thread's completion did not wake the "
-          "sleeper", sum / WAKES * 1e3, worst * 1e3);
 }
 
 static double spin_us(double us)

@@ -1,8 +1,9 @@
-/* stall_nbc.c -- nonblocking collectives must not stall (issue 9).
+/* stall_nbc.c -- nonblocking collectives must not stall.
  *
- * Usage: stall_nbc [limit_s]   (any number of ranks >= 2; default limit 2 s)
- * Each phase runs 200 operations and must finish within limit_s (a 16 ms
- * stall per operation takes 3.2 s; 10 ms takes 2 s):
+ * Usage: stall_nbc [limit_s]   (any number of ranks >= 2; default 20 s)
+ * Each phase runs 200 operations, cut short (and failed) only at the
+ * watchdog `limit_s`; a stall is judged by the counters the run prints at
+ * finalize (mpi-tests/stalls.sh), one per sleep that held up an operation:
  *   iallreduce_wait   8 B and 16 KiB int64 MPI_SUM, MPI_Wait
  *   iallreduce_test   the same, completed by a loop of MPI_Test
  *   ibcast            4 KiB from a rotating root, MPI_Wait
@@ -15,7 +16,7 @@
 #define N 200
 #define RED_MAX 2048 /* int64 words: 16 KiB */
 
-static double limit = 2.0;
+static double limit = 20.0;
 
 static void complete(MPI_Request *rq, int test)
 {

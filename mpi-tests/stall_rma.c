@@ -1,11 +1,12 @@
-/* stall_rma.c -- one-sided epochs must not stall (issue 9).
+/* stall_rma.c -- one-sided epochs must not stall.
  *
  * Usage: stall_rma [limit_s [epochs]]  (any number of ranks >= 2; defaults
- *        5 s and 5,000 epochs per phase)
- * Runs, each phase under `limit_s` seconds (a phase over the limit fails;
- * every phase has enough epochs that a 16 ms stall per operation, even a
- * 1 ms one, blows the limit; the default mode holds for a few thousand
- * epochs before it starts sleeping, hence 5,000):
+ *        20 s and 5,000 epochs per phase)
+ * Runs these phases, each cut short (and failed) only at the watchdog
+ * `limit_s`; a stall is judged by the counters the run prints at finalize
+ * (mpi-tests/stalls.sh), one per sleep that held up an epoch.  The default
+ * mode holds for a few thousand epochs before it starts sleeping, hence
+ * 5,000:
  *   self   passive-target epochs on this rank's own MPI_COMM_SELF window:
  *          Lock, Put, Flush, Get_accumulate, Flush, Get, Flush, Unlock
  *   fence  fence epochs on a WORLD window: Put/Get/Accumulate to the right
@@ -24,7 +25,7 @@ static long N = 5000; /* epochs per phase */
 #define OFF_B (2 * LEN)
 #define OFF_C(k) (4 * LEN + 8 * (k))
 
-static double limit = 5.0;
+static double limit = 20.0;
 static MPI_Win win;
 static unsigned char *base;
 static int left, right;

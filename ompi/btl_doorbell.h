@@ -148,6 +148,8 @@ typedef struct mca_btl_doorbell_module_t {
     /* glue-side counters for the verbose report */
     uint64_t sleeps;
     uint64_t sleep_timeouts;
+    uint64_t stalls;                  /* sleeps that ran out with the wait's work already there */
+    bool ran_out;                     /* the last sleep ran out unrung; see after_ran_out */
     uint64_t sends_queued;
     uint64_t single_copy_reads;       /* btl_get calls served by process_vm_readv */
     uint64_t tcp_reads;               /* btl_get calls served over TCP (the core's read) */

@@ -262,9 +262,24 @@ static void start_run(mca_btl_doorbell_module_t *m, uint64_t now)
     }
 }
 
+/* What came right after a sleep that ran out unrung.  Work at once (a
+ * pass with events, or the blocking call over) came without a ring and the
+ * sleep held it up for its whole length: a stall, which the stall tests
+ * count.  Another sleep means the wait simply went on. */
+static inline void after_ran_out(mca_btl_doorbell_module_t *m, bool work)
+{
+    if (OPAL_UNLIKELY(m->ran_out)) {
+        m->ran_out = false;
+        m->stalls += work;
+    }
+}
+
 void mca_btl_doorbell_idle_note_pass(mca_btl_doorbell_module_t *m, int events)
 {
     m->progress_calls++;
+    if (events > 0) {
+        after_ran_out(m, true);
+    }
     if (events > 0 && 0 != m->idle_since_ns) {
         /* a wait ended while it spun; only a full spin says whether
          * spinning pays.  Over TCP only a quick arrival says yes: one that
@@ -324,6 +339,7 @@ static void sleep_once(mca_btl_doorbell_module_t *m)
     if (sleep_us > mca_btl_doorbell_component.sleep_max_us) {
         sleep_us = mca_btl_doorbell_component.sleep_max_us;
     }
+    after_ran_out(m, false);
     m->sleeps++;
     rc = doorbell_wait(m->core, MCA_BTL_DOORBELL_WINDOW, DOORBELL_WAIT_BLOCK, (int64_t) sleep_us,
                        mca_btl_doorbell_recv_cb, m, &wake);
@@ -345,6 +361,7 @@ static void sleep_once(mca_btl_doorbell_module_t *m)
     } else if (DOORBELL_WOKE_TIMEOUT == wake.reason) {
         /* nothing at all happened: back off; the run goes on */
         m->sleep_timeouts++;
+        m->ran_out = true;
         if (m->idle_sleeps < 16) {
             m->idle_sleeps++;
         }
@@ -380,6 +397,7 @@ static bool idle(mca_btl_doorbell_module_t *m)
     mca_btl_doorbell_blocking_state(&depth, &serial);
     if (0 == depth && mca_btl_doorbell_blocking_marked()) {
         /* not inside a blocking MPI call: MPI_Test, MPI_Iprobe, ... */
+        after_ran_out(m, true);
         m->idle_since_ns = 0;
         opal_atomic_wmb();
         m->progress_busy = 0;
@@ -402,6 +420,7 @@ static bool idle(mca_btl_doorbell_module_t *m)
     }
     m->idle_mark = m->progress_calls;
     if (!in_run) {
+        after_ran_out(m, true); /* the last wait ended with no event */
         m->run_serial = serial;
         m->run_passes = 0;
         start_run(m, now);

@@ -128,6 +128,8 @@ int mca_btl_doorbell_module_init(mca_btl_doorbell_module_t *module, doorbell_end
     module->tcp_reads = 0;
     module->nreads = 0;
     module->sleep_timeouts = 0;
+    module->stalls = 0;
+    module->ran_out = false;
     module->sends_queued = 0;
     return OPAL_SUCCESS;
 }
@@ -390,6 +392,7 @@ static void report_counters(mca_btl_doorbell_module_t *module)
                         "wakeups=%llu spurious_wakeups=%llu shm_sent=%llu (fast box %llu) shm_received=%llu "
                         "tcp_sent=%llu tcp_received=%llu shm_wakeups=%llu tcp_wakeups=%llu "
                         "peers_lost=%llu strangers_rejected=%llu sleeps=%llu sleep_timeouts=%llu "
+                        "stalls=%llu late_wakeups=%llu waits_past_inbound=%llu "
                         "sends_queued=%llu single_copy_reads=%llu tcp_reads=%llu",
                         module->my_task, (unsigned long long) k.notifies_sent,
                         (unsigned long long) k.notifies_skipped, (unsigned long long) k.wakeups,
@@ -400,6 +403,9 @@ static void report_counters(mca_btl_doorbell_module_t *module)
                         (unsigned long long) k.strangers_rejected,
                         (unsigned long long) module->sleeps,
                         (unsigned long long) module->sleep_timeouts,
+                        (unsigned long long) module->stalls,
+                        (unsigned long long) k.late_wakeups,
+                        (unsigned long long) k.waits_past_inbound,
                         (unsigned long long) module->sends_queued,
                         (unsigned long long) module->single_copy_reads,
                         (unsigned long long) module->tcp_reads);

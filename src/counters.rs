@@ -21,6 +21,9 @@ pub struct Counters {
     pub tcp_wakeups: AtomicU64,
     pub peers_lost: AtomicU64,
     pub strangers_rejected: AtomicU64,
+    pub sleep_timeouts: AtomicU64,
+    pub late_wakeups: AtomicU64,
+    pub waits_past_inbound: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -56,6 +59,17 @@ pub struct doorbell_counters {
     /// Of shm_sent, the messages that went through a fast box (a ring of
     /// this process's own at the receiver) rather than its shared queue.
     pub shm_box_sent: u64,
+    /// Sleeps on a window's bell that ended by their timeout, unrung.
+    pub sleep_timeouts: u64,
+    /// Of sleep_timeouts, the ones that found work already waiting when
+    /// they ended: a message or room that came without its ring, so the
+    /// sleep held up work for its whole timeout.  A stall; 0 when every
+    /// source rings.
+    pub late_wakeups: u64,
+    /// Waits for room (a full queue or socket) that gave up at their limit
+    /// while this process had something to receive, which the peer may be
+    /// waiting for: a stall; 0 when waits end as soon as inbound arrives.
+    pub waits_past_inbound: u64,
 }
 
 impl Counters {
@@ -76,6 +90,9 @@ impl Counters {
             peers_lost: self.peers_lost.load(Relaxed),
             strangers_rejected: self.strangers_rejected.load(Relaxed),
             shm_box_sent: 0,
+            sleep_timeouts: self.sleep_timeouts.load(Relaxed),
+            late_wakeups: self.late_wakeups.load(Relaxed),
+            waits_past_inbound: self.waits_past_inbound.load(Relaxed),
         }
     }
 }

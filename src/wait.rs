@@ -52,13 +52,19 @@ impl Stall {
             self.since = Some(now);
             return false;
         }
+        // Decided on the clock just read, before any yield: the caller
+        // looked for something to receive just before this call, and a
+        // yield between that look and giving up could hide an arrival.
+        if now - since > self.limit || self.deadline.is_some_and(|d| now >= d) {
+            return true;
+        }
         if now - since > STALL_YIELD_NS {
             // Whoever we wait for may be waiting for this CPU (more
             // runnable threads than cores): let it run.  No syscall while
             // the stream moves, and none in a short wait.
             std::thread::yield_now();
         }
-        now - since > self.limit || self.deadline.is_some_and(|d| now >= d)
+        false
     }
 
     /// As `stalled`, where moving means the bytes still to go shrank.
@@ -70,6 +76,25 @@ impl Stall {
 }
 
 impl Inner {
+    /// A sleep on `window`'s bell ran out unrung.  Work found waiting now
+    /// came without its ring and waited out the whole sleep: a stall
+    /// (`late_wakeups`), which the stall tests count.
+    fn note_sleep_timeout(&self, window: u32) {
+        bump(&self.counters.sleep_timeouts);
+        if self.has_work(window) {
+            bump(&self.counters.late_wakeups);
+        }
+    }
+
+    /// A wait for room gave up at its stall limit.  Had something arrived
+    /// for us by then, the wait held it up, and with it a peer that may be
+    /// waiting for room in our queues (`waits_past_inbound`: a stall).
+    pub(crate) fn note_give_up(&self) {
+        if self.inbound_pending() {
+            bump(&self.counters.waits_past_inbound);
+        }
+    }
+
     /// The re-check after arming: is anything waiting for this window?
     pub(crate) fn has_work(&self, window: u32) -> bool {
         if self.window_flagged(window) {
@@ -143,7 +168,11 @@ impl Inner {
         let mut stall = Stall::new(deadline);
         while self.backlog_msgs.load(Ordering::Relaxed) > 0 {
             self.push_all_backlogs();
-            if self.inbound_pending() || stall.stalled_at(self.backlog_bytes.load(Ordering::Relaxed)) {
+            if self.inbound_pending() {
+                return;
+            }
+            if stall.stalled_at(self.backlog_bytes.load(Ordering::Relaxed)) {
+                self.note_give_up();
                 return;
             }
             std::hint::spin_loop();
@@ -203,8 +232,13 @@ impl Inner {
                 }
                 let left = deadline.map(|d| Duration::from_nanos(d - now));
                 bell::sleep(&self.parker, word, token, left);
+                // Unchanged: nobody rang, the sleep ran out.
+                let rung = word.load(Ordering::Relaxed) != token;
                 bell::disarm(word);
                 bump(&self.counters.wakeups);
+                if !rung {
+                    self.note_sleep_timeout(window);
+                }
             }
             let d = self.progress(window, cb);
             if d.shm > 0 {

@@ -241,6 +241,7 @@ impl Inner {
             std::hint::spin_loop();
             done = prod.write(tag, &g, &mut off).map_err(|_| Error::PeerLost)?;
             if !done && stall.stalled_at(g.len() - off) {
+                self.note_give_up();
                 break;
             }
         }
@@ -307,7 +308,11 @@ impl Inner {
         let mut stall = Stall::new(None);
         loop {
             self.push_locked(ctl, tx);
-            if tx.backlog.is_empty() || self.inbound_pending() || stall.stalled_at(tx.backlog_bytes) {
+            if tx.backlog.is_empty() || self.inbound_pending() {
+                return;
+            }
+            if stall.stalled_at(tx.backlog_bytes) {
+                self.note_give_up();
                 return;
             }
             std::hint::spin_loop();
