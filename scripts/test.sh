@@ -12,6 +12,7 @@
 #   8. soak: 60 s per path of mixed, checked traffic with SIGSTOPped ranks
 #   9. asan: the C tests and the MPI tests under AddressSanitizer (scripts/asan.sh)
 # Prints each suite's figures and a last line "N passed, M failed".
+# SUITES="name ..." runs only those suites (scripts/test-under-load.sh).
 # The counts are doorbell's own results only: a suite that runs another BTL
 # for reference (mpi-tests idle CPU beside vader, netns beside self,vader,tcp)
 # prints those runs as "REF" lines and leaves them out of its own count.
@@ -40,9 +41,16 @@ count() {
     failed=$((failed + ${f:-0}))
 }
 
+# SUITES (optional): the names of the suites to run, e.g. "rust stall";
+# every suite when unset.
+SUITES=${SUITES:-}
+
 suite() {
     local name=$1
     shift
+    if [[ -n $SUITES && " $SUITES " != *" $name "* ]]; then
+        return 0
+    fi
     echo "=== $name: $*"
     if "$@" 2>&1 | tee "$LOG/$name.log"; then
         echo "=== $name: ok"
