@@ -8,7 +8,7 @@ from collections import defaultdict
 
 # (numerator, denominator) pairs whose ratio is printed, per mode.
 RATIOS = {
-    "single": [("doorbell", "vader"), ("doorbell", "tcp"), ("doorbell_tcp", "tcp")],
+    "single": [("doorbell", "vader"), ("doorbell", "tcp"), ("doorbell_tcp", "tcp"), ("doorbell_block", "vader")],
     "twonode": [("db_poll", "ompi"), ("db_adaptive", "ompi"), ("db_block", "ompi")],
 }
 

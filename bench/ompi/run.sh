@@ -13,7 +13,8 @@
 #                   a full run takes ~3-4 min on 2 cores)
 #   ROUNDS=n        rounds (default 5; QUICK 2)
 #   MODE=single     (default) one node: self,vader | self,tcp | self,doorbell |
-#                   self,doorbell + btl_doorbell_force_tcp 1; latency, one-way
+#                   self,doorbell + btl_doorbell_force_tcp 1 | self,doorbell in
+#                   block mode (doorbell_block); latency, one-way
 #                   and two-way bandwidth, idle CPU, listener thread, 8-rank
 #                   barrier/allreduce, the time of an empty progress pass
 #   MODE=twonode    two nodes, one rank each (--map-by node): self,vader,tcp vs
@@ -51,7 +52,9 @@ single)
     mca[tcp]="--mca btl self,tcp --mca btl_tcp_if_include lo"
     mca[doorbell]="--mca btl self,doorbell --mca btl_doorbell_if_include lo"
     mca[doorbell_tcp]="--mca btl self,doorbell --mca btl_doorbell_force_tcp 1 --mca btl_doorbell_if_include lo"
-    default_transports="vader tcp doorbell doorbell_tcp"
+    # block mode: what sleeping at once costs beside vader (docs/parameters.md)
+    mca[doorbell_block]="--mca btl self,doorbell --mca btl_doorbell_if_include lo --mca btl_doorbell_wait_mode block"
+    default_transports="vader tcp doorbell doorbell_tcp doorbell_block"
     benches="pingpong idle listener coll empty_pass"
     placement=()
     ;;
