@@ -33,6 +33,10 @@ BEGIN_C_DECLS
  * MPI_Recv, a tight MPI_Test loop); farther apart, the caller computes
  * between calls and must never be held up. */
 #define MCA_BTL_DOORBELL_BACK_TO_BACK_NS 10000ull
+/* A sleep that ran out is judged a stall only when work showed within this
+ * long of its end: a rank preempted in between (a loaded machine) cannot
+ * tell work that came during the sleep from work that came after it. */
+#define MCA_BTL_DOORBELL_STALL_PROMPT_NS 100000ull
 /* First sleep of a wait, in microseconds; later idle sleeps double up to sleep_max_us. */
 #define MCA_BTL_DOORBELL_FIRST_SLEEP_US 1000u
 
@@ -150,6 +154,7 @@ typedef struct mca_btl_doorbell_module_t {
     uint64_t sleep_timeouts;
     uint64_t stalls;                  /* sleeps that ran out with the wait's work already there */
     bool ran_out;                     /* the last sleep ran out unrung; see after_ran_out */
+    uint64_t ran_out_ns;              /* ... at this time */
     uint64_t sends_queued;
     uint64_t single_copy_reads;       /* btl_get calls served by process_vm_readv */
     uint64_t tcp_reads;               /* btl_get calls served over TCP (the core's read) */

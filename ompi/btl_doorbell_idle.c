@@ -262,15 +262,20 @@ static void start_run(mca_btl_doorbell_module_t *m, uint64_t now)
     }
 }
 
-/* What came right after a sleep that ran out unrung.  Work at once (a
- * pass with events, or the blocking call over) came without a ring and the
- * sleep held it up for its whole length: a stall, which the stall tests
- * count.  Another sleep means the wait simply went on. */
+/* What came right after a sleep that ran out unrung.  The blocking call
+ * over at once (within STALL_PROMPT_NS of the sleep's end) with no message
+ * of ours: what ended it (osc's flags in shared memory, btl self, another
+ * thread) was there during the sleep without a ring, and the sleep held it
+ * up for its whole length: a stall, which the stall tests count.  A
+ * message of ours, or another sleep, clears it: the core judges its own
+ * messages (late_wakeups), and a wait that sleeps on simply goes on. */
 static inline void after_ran_out(mca_btl_doorbell_module_t *m, bool work)
 {
     if (OPAL_UNLIKELY(m->ran_out)) {
         m->ran_out = false;
-        m->stalls += work;
+        if (work && mca_btl_doorbell_now_ns() - m->ran_out_ns < MCA_BTL_DOORBELL_STALL_PROMPT_NS) {
+            m->stalls++;
+        }
     }
 }
 
@@ -278,7 +283,7 @@ void mca_btl_doorbell_idle_note_pass(mca_btl_doorbell_module_t *m, int events)
 {
     m->progress_calls++;
     if (events > 0) {
-        after_ran_out(m, true);
+        after_ran_out(m, false);
     }
     if (events > 0 && 0 != m->idle_since_ns) {
         /* a wait ended while it spun; only a full spin says whether
@@ -358,10 +363,18 @@ static void sleep_once(mca_btl_doorbell_module_t *m)
     } else if (DOORBELL_WOKE_PEER_CLOSED == wake.reason) {
         /* a peer finalized in order (everything it sent came before):
          * nothing to do, and no reason to back off */
+    } else if (DOORBELL_WOKE_TIMEOUT == wake.reason && m->nreads &&
+               doorbell_reads_moved(m->core) > 0) {
+        /* data of a read came during the sleep, each piece with its ring
+         * (the core goes back to sleep until the read ends): activity, as
+         * the next pass would count it (mca_btl_doorbell_reads_progress) */
+        m->idle_since_ns = 0;
+        m->idle_sleeps = 0;
     } else if (DOORBELL_WOKE_TIMEOUT == wake.reason) {
         /* nothing at all happened: back off; the run goes on */
         m->sleep_timeouts++;
         m->ran_out = true;
+        m->ran_out_ns = mca_btl_doorbell_now_ns();
         if (m->idle_sleeps < 16) {
             m->idle_sleeps++;
         }
@@ -420,7 +433,7 @@ static bool idle(mca_btl_doorbell_module_t *m)
     }
     m->idle_mark = m->progress_calls;
     if (!in_run) {
-        after_ran_out(m, true); /* the last wait ended with no event */
+        after_ran_out(m, true); /* the last blocking call ended with no event of ours */
         m->run_serial = serial;
         m->run_passes = 0;
         start_run(m, now);
