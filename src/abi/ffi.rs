@@ -9,12 +9,13 @@
 //! `Endpoint`; this module is not part of the Rust API.
 #![allow(non_camel_case_types)]
 
-use crate::address::{ADDRESS_BYTES, ADDRESS_MAX};
-use crate::config::{Config, WaitMode, MAX_TASKS, MAX_WINDOWS};
-pub use crate::counters::doorbell_counters;
+use crate::endpoint::address::{ADDRESS_BYTES, ADDRESS_MAX};
+use crate::endpoint::config::{Config, WaitMode};
 use crate::endpoint::{Endpoint, Woke};
-use crate::error::Error;
-use crate::remote_read::{ReadDone, ReadDst};
+use crate::net::remote_read::{ReadDone, ReadDst};
+pub use crate::sys::counters::doorbell_counters;
+use crate::sys::error::Error;
+use crate::sys::limits::{MAX_TASKS, MAX_WINDOWS};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -107,8 +108,8 @@ pub const DOORBELL_CONTROL_BYTES: usize = 40960;
 /// Bytes of a window's inbound queue beyond its ring_bytes.
 pub const DOORBELL_QUEUE_HEADER_BYTES: usize = 70016;
 
-const _: () = assert!(DOORBELL_CONTROL_BYTES == crate::control::CONTROL_BYTES);
-const _: () = assert!(DOORBELL_QUEUE_HEADER_BYTES == crate::queue::QUEUE_HEADER_BYTES);
+const _: () = assert!(DOORBELL_CONTROL_BYTES == crate::shm::control::CONTROL_BYTES);
+const _: () = assert!(DOORBELL_QUEUE_HEADER_BYTES == crate::shm::queue::QUEUE_HEADER_BYTES);
 
 /// Opaque per-process endpoint.  Any thread may send; each window should be
 /// progressed by one thread at a time (a concurrent progress of the same
@@ -562,9 +563,9 @@ pub unsafe extern "C" fn doorbell_work_pending(ep: *const doorbell_endpoint, win
         // SAFETY: `ep` is NULL or a live handle (the module's contract).
         let ep = unsafe { endpoint(ep) }?;
         Ok(match ep.work_kind(window)? {
-            crate::work_check::Work::None => 0,
-            crate::work_check::Work::Any => 1,
-            crate::work_check::Work::Local => 2,
+            crate::endpoint::work_check::Work::None => 0,
+            crate::endpoint::work_check::Work::Any => 1,
+            crate::endpoint::work_check::Work::Local => 2,
         })
     })
 }
@@ -655,7 +656,7 @@ pub unsafe extern "C" fn doorbell_flush(ep: *mut doorbell_endpoint, timeout_us: 
 #[no_mangle]
 pub extern "C" fn doorbell_batch_begin() -> c_int {
     guard(|| {
-        crate::batch::begin_forever();
+        crate::net::batch::begin_forever();
         Ok(DOORBELL_OK)
     })
 }
@@ -665,7 +666,7 @@ pub extern "C" fn doorbell_batch_begin() -> c_int {
 #[no_mangle]
 pub extern "C" fn doorbell_batch_end() -> c_int {
     guard(|| {
-        if !crate::batch::end_one() {
+        if !crate::net::batch::end_one() {
             return Err(Error::InvalidArgument);
         }
         Ok(DOORBELL_OK)
@@ -815,7 +816,7 @@ mod tests {
 
     #[test]
     fn error_strings_match_the_rust_messages() {
-        for e in crate::error::ALL {
+        for e in crate::sys::error::ALL {
             // SAFETY: doorbell_error_string returns a static C string.
             let s = unsafe { CStr::from_ptr(doorbell_error_string(e.code())) };
             assert_eq!(s.to_str().unwrap(), e.message());

@@ -7,9 +7,9 @@
 //! The secret keys the TCP handshake (handshake.rs): hand a blob only to
 //! the job's tasks.
 
-use crate::config::MAX_TASKS;
-use crate::error::{Error, Result};
-use crate::handshake::Secret;
+use crate::net::handshake::Secret;
+use crate::sys::error::{Error, Result};
+use crate::sys::limits::MAX_TASKS;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 pub const ADDRESS_BYTES: usize = 56;

@@ -1,12 +1,10 @@
 //! Endpoint configuration: validated once, from the C struct or Rust.
 
-use crate::error::{Error, Result};
+use crate::sys::error::{Error, Result};
+use crate::sys::limits::MAX_TASKS;
 use nix::ifaddrs::getifaddrs;
 use nix::net::if_::InterfaceFlags;
 use std::net::Ipv4Addr;
-
-pub const MAX_TASKS: u32 = 16384;
-pub const MAX_WINDOWS: u32 = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitMode {

@@ -5,13 +5,13 @@
 //! `Inner::wake_own`): the woken thread reads the socket itself.  It never
 //! runs user callbacks.
 
-use crate::config::MAX_TASKS;
-use crate::counters::bump;
+use crate::endpoint::pending::{self, Listener, Pending, PendingSet, Step, PENDING_BIT};
 use crate::endpoint::{Inner, PID_BIT, PID_POLL_NS, TOKEN_CONNS, TOKEN_LISTENER, TOKEN_PID_POLL, TOKEN_SHUTDOWN};
-use crate::handshake;
-use crate::pending::{self, Listener, Pending, PendingSet, Step, PENDING_BIT};
+use crate::net::handshake;
+use crate::net::tcp::Conn;
+use crate::sys::counters::bump;
+use crate::sys::limits::MAX_TASKS;
 use crate::sys;
-use crate::tcp::Conn;
 use nix::sys::epoll::{EpollEvent, EpollFlags};
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -120,7 +120,7 @@ fn accept_all(inner: &Inner, pending: &mut PendingSet) -> Result<(), ()> {
             }
         }
         if let Some(default) = &inner.accepted_default_congestion {
-            crate::congestion::fit(&stream, default);
+            crate::net::congestion::fit(&stream, default);
         }
         let Ok(nonce) = handshake::random::<{ handshake::NONCE_BYTES }>() else { continue };
         let challenge = handshake::challenge(inner.cfg.task, &nonce);
@@ -165,8 +165,11 @@ fn reject(inner: &Inner, p: Pending) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::Control;
-    use crate::{Address, Config, Endpoint, Error, WaitMode, Woke};
+    use crate::endpoint::address::Address;
+    use crate::endpoint::config::{Config, WaitMode};
+    use crate::endpoint::{Endpoint, Woke};
+    use crate::shm::control::Control;
+    use crate::sys::error::Error;
     use nix::sys::epoll::EpollFlags;
     use nix::sys::eventfd::EventFd;
     use std::net::{Ipv4Addr, SocketAddrV4};
@@ -217,6 +220,16 @@ mod tests {
         child
     }
 
+    /// The endpoint's listener hands out reno, and its connections are
+    /// opened by `congestion::connect` (path/tcp.rs `greet`).
+    #[test]
+    fn an_endpoints_listener_hands_out_reno() {
+        let ep = endpoint("congestion");
+        let current = crate::net::congestion::current(&ep.inner.listener).unwrap();
+        assert_eq!(current.to_string_lossy(), crate::net::congestion::SAME_HOST);
+        assert!(ep.inner.accepted_default_congestion.is_some());
+    }
+
     #[test]
     fn a_crafted_windows_open_indexes_nothing_out_of_bounds() {
         let ep = endpoint("flihwin");
@@ -225,7 +238,7 @@ mod tests {
         let cfg = &ep.inner.cfg;
         let hostile = Control::open(&cfg.shm_dir, &cfg.job, cfg.task, cfg.task, None).unwrap();
         hostile.header().windows_open.store(u32::MAX, Ordering::Release);
-        assert_eq!(ep.progress(crate::config::MAX_WINDOWS, &mut nothing), Err(Error::UnknownWindow));
+        assert_eq!(ep.progress(crate::sys::limits::MAX_WINDOWS, &mut nothing), Err(Error::UnknownWindow));
         // The FLIH walks the open windows when a peer dies: twice, so the
         // second report shows it survived the first.
         for task in [1, 2] {

@@ -2,23 +2,34 @@
 //! rings (the SLIH) and the progress pass that polls both paths.  Peers
 //! are in peers.rs, the paths in path/, waiting in wait.rs.
 
-use crate::address::Address;
-use crate::bell::{self, Rang, SharedFutex};
-use crate::buf_pool::BufPool;
-use crate::config::{Config, WaitMode, MAX_WINDOWS};
-use crate::control::Control;
-use crate::counters::{bump, Counters, GuardedCount};
-use crate::error::{Error, Result};
-use crate::path::shm::WindowRx;
-use crate::path::tcp::Inbound;
-use crate::peers::Peer;
-use crate::queue::QueueRef;
-use crate::remote_read::{Exposures, ReadDone, ReadDst, Reads};
-use crate::sync::lock;
+pub(crate) mod address;
+pub(crate) mod config;
+mod flih;
+mod path;
+mod peers;
+pub(crate) mod pending;
+mod task_table;
+mod wait;
+pub(crate) mod work_check;
+
+use crate::endpoint::address::Address;
+use crate::endpoint::config::{Config, WaitMode};
+use crate::endpoint::path::shm::WindowRx;
+use crate::endpoint::path::tcp::Inbound;
+use crate::endpoint::peers::Peer;
+use crate::endpoint::task_table::TaskTable;
+use crate::net::remote_read::{Exposures, ReadDone, ReadDst, Reads};
+use crate::net::tcp::{Conn, RxBudget};
+use crate::shm::bell::{self, Rang, SharedFutex};
+use crate::shm::control::Control;
+use crate::shm::queue::QueueRef;
+use crate::sys::buf_pool::BufPool;
+use crate::sys::counters::{bump, Counters, GuardedCount};
+use crate::sys::error::{Error, Result};
+use crate::sys::limits::MAX_WINDOWS;
+use crate::sys::sync::lock;
+use crate::sys::try_lock::TryLock;
 use crate::sys;
-use crate::task_table::TaskTable;
-use crate::try_lock::TryLock;
-use crate::tcp::{Conn, RxBudget};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::collections::{HashMap, VecDeque};
@@ -72,7 +83,7 @@ pub(crate) struct WindowLocal {
     pub(crate) rx: TryLock<WindowRx>,
     /// The window's fast boxes (window 0 only; fbox.rs), and what a look
     /// for work reads of them.
-    pub(crate) box_watch: crate::fbox::BoxWatch,
+    pub(crate) box_watch: crate::shm::fbox::BoxWatch,
     pub(crate) box_views: Vec<QueueRef>,
     pub(crate) inbox: Mutex<VecDeque<Inbound>>,
     /// Peers that ended, as Woke::PeerLost or Woke::PeerClosed.
@@ -175,9 +186,9 @@ impl Endpoint {
         let ip = cfg.pick_address()?;
         let listener = bind(ip, cfg.port_min, cfg.port_max)?;
         listener.set_nonblocking(true).map_err(|_| Error::Network)?;
-        let accepted_default_congestion = crate::congestion::listen_same_host(&listener);
+        let accepted_default_congestion = crate::net::congestion::listen_same_host(&listener);
         let port = listener.local_addr().map_err(|_| Error::Network)?.port();
-        crate::shm::reap_dead_tasks(&cfg.shm_dir);
+        crate::shm::segment::reap_dead_tasks(&cfg.shm_dir);
         let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers, cfg.ring_bytes)?;
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?;
         let eventfd = || EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(|_| Error::Internal);
@@ -195,10 +206,10 @@ impl Endpoint {
             node_id: cfg.node_id,
             job_hash: cfg.job_hash(),
             tcp: SocketAddrV4::new(ip, port),
-            secret: crate::handshake::random().map_err(|_| Error::Internal)?,
+            secret: crate::net::handshake::random().map_err(|_| Error::Internal)?,
         };
         let rx_budget = RxBudget::new(cfg.max_backlog);
-        let box_views = (0..crate::fbox::BOXES).map(|i| control.fast_box(i)).collect::<Result<Vec<_>>>()?;
+        let box_views = (0..crate::shm::fbox::BOXES).map(|i| control.fast_box(i)).collect::<Result<Vec<_>>>()?;
         let windows = (0..MAX_WINDOWS)
             .map(|w| WindowLocal {
                 queue_view: control.queue(w).ok(),
@@ -242,7 +253,7 @@ impl Endpoint {
         let flih_inner = inner.clone();
         let flih = std::thread::Builder::new()
             .name("doorbell-flih".into())
-            .spawn(move || crate::flih::run(&flih_inner))
+            .spawn(move || crate::endpoint::flih::run(&flih_inner))
             .map_err(|_| Error::Internal)?;
         Ok(Endpoint { inner, flih: Some(flih) })
     }
@@ -251,7 +262,7 @@ impl Endpoint {
         self.inner.me
     }
 
-    pub fn counters(&self) -> crate::counters::doorbell_counters {
+    pub fn counters(&self) -> crate::sys::counters::doorbell_counters {
         let i = &self.inner;
         let mut c = i.counters.snapshot();
         for p in i.peer_list() {
@@ -334,7 +345,7 @@ impl Endpoint {
 
     /// may_have_work, telling apart "only shared-memory messages"
     /// (work_check.rs `Work::Local`), which `progress_local` takes alone.
-    pub fn work_kind(&self, window: u32) -> Result<crate::work_check::Work> {
+    pub fn work_kind(&self, window: u32) -> Result<crate::endpoint::work_check::Work> {
         self.inner.check_window(window)?;
         Ok(self.inner.work_kind(window))
     }
@@ -417,7 +428,7 @@ impl Drop for Endpoint {
         // there, and the bulk files our receivers have mapped
         // (unread ones stay for their reader: say_goodbye).  What senders
         // left for us we will never read.
-        crate::shm::unlink_inbound_to(&self.inner.cfg.shm_dir, &self.inner.cfg.job, self.inner.cfg.task);
+        crate::shm::segment::unlink_inbound_to(&self.inner.cfg.shm_dir, &self.inner.cfg.job, self.inner.cfg.task);
     }
 }
 
@@ -554,8 +565,8 @@ impl Inner {
         // Only TCP holds frames: without connections, spare the
         // thread-local bookkeeping (a connection made meanwhile just sends
         // at once).
-        let _batch = (self.conn_count.load(Ordering::Relaxed) != 0).then(crate::batch::begin);
-        crate::queue::note_receive_pass();
+        let _batch = (self.conn_count.load(Ordering::Relaxed) != 0).then(crate::net::batch::begin);
+        crate::shm::queue::note_receive_pass();
         self.push_all_backlogs();
         let mut d = Delivered::default();
         let w = &self.windows[window as usize];

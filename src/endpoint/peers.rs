@@ -2,18 +2,18 @@
 //! learns that one ended (pidfds, pid polls, goodbyes) and whether that
 //! was an orderly close or a loss.
 
-use crate::address::Address;
-use crate::config::MAX_WINDOWS;
-use crate::control::Control;
-use crate::counters::{bump, GuardedCount};
+use crate::endpoint::address::Address;
+use crate::endpoint::path::shm::PeerTx;
 use crate::endpoint::{Inner, Woke, PID_BIT};
-use crate::error::{Error, Result};
-use crate::fbox::BoxTx;
-use crate::path::shm::PeerTx;
-use crate::queue::QueueWriter;
-use crate::sync::lock;
+use crate::net::tcp::Conn;
+use crate::shm::control::Control;
+use crate::shm::fbox::BoxTx;
+use crate::shm::queue::QueueWriter;
+use crate::sys::counters::{bump, GuardedCount};
+use crate::sys::error::{Error, Result};
+use crate::sys::limits::MAX_WINDOWS;
+use crate::sys::sync::lock;
 use crate::sys;
-use crate::tcp::Conn;
 use nix::sys::epoll::{EpollEvent, EpollFlags};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -218,13 +218,13 @@ impl Inner {
             p.lost.store(true, Ordering::Release);
             if p.local || p.watched.load(Ordering::Acquire) {
                 // A killed task cannot clean up after itself: we do.
-                crate::shm::unlink_task_files(&self.cfg.shm_dir, &self.cfg.job, task);
+                crate::shm::segment::unlink_task_files(&self.cfg.shm_dir, &self.cfg.job, task);
             }
             bump(&self.counters.peers_lost);
             Woke::PeerLost(task)
         };
         // Reads from it that no data frame is filling will never be answered.
-        for (w, done) in self.reads.fail_unclaimed(task, crate::ffi::DOORBELL_ERR_PEER_LOST) {
+        for (w, done) in self.reads.fail_unclaimed(task, crate::abi::ffi::DOORBELL_ERR_PEER_LOST) {
             self.report_read(w, done);
         }
         let open = self.control.windows_open();

@@ -9,7 +9,7 @@
 //! to push it out, and the connector then retries), and each is closed
 //! HELLO_DEADLINE after it was accepted.
 
-use crate::handshake::{self, Nonce, Secret, Transcript, HELLO_BYTES};
+use crate::net::handshake::{self, Nonce, Secret, Transcript, HELLO_BYTES};
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
 use std::net::TcpStream;

@@ -9,8 +9,8 @@
 //! `CHUNK` entries, made on the first insert in them (the first chunk with
 //! the table).
 
-use crate::config::MAX_TASKS;
-use crate::sync::lock;
+use crate::sys::limits::MAX_TASKS;
+use crate::sys::sync::lock;
 use std::sync::{Arc, Mutex, OnceLock};
 
 const CHUNK: usize = 128;

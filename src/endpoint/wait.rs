@@ -2,11 +2,11 @@
 //! source, sleep), and the spin-while-it-moves loops that keep a stream
 //! going instead of sleeping between its pieces.
 
-use crate::bell;
-use crate::config::WaitMode;
-use crate::counters::bump;
+use crate::endpoint::config::WaitMode;
 use crate::endpoint::{Inner, Woke};
-use crate::error::Result;
+use crate::shm::bell;
+use crate::sys::counters::bump;
+use crate::sys::error::Result;
 use crate::sys;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -185,7 +185,7 @@ impl Inner {
                 return Ok(o);
             }
             // Frames this thread holds may be what brings the wake-up.
-            crate::batch::flush_held();
+            crate::net::batch::flush_held();
             let token = bell::arm(word);
             if self.conn_count.load(Ordering::Relaxed) > 0 {
                 self.arm_flih_for_conns();

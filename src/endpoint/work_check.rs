@@ -2,7 +2,7 @@
 //!
 //! Most progress passes find nothing, and with more ranks than cores
 //! their cost multiplies: a collective step waits until every runnable
-//! rank had its turn.  The full pass (endpoint.rs `Inner::progress`) opens
+//! rank had its turn.  The full pass (endpoint `Inner::progress`) opens
 //! a send batch (thread-locals), try-locks the window's receive side (a
 //! locked instruction), and asks each source in turn: ~270 instructions
 //! when nothing is there, against ~75 for all of vader's progress.
@@ -12,7 +12,7 @@
 //! something.
 
 use crate::endpoint::Inner;
-use crate::queue::QueueRef;
+use crate::shm::queue::QueueRef;
 use std::sync::atomic::Ordering;
 
 /// The answer of `work_kind`.
@@ -34,7 +34,7 @@ impl Inner {
     /// the window's shared-memory queue and fast boxes (a caller may then
     /// poll just those, `Endpoint::progress_local`); or anything else as well.
     pub(crate) fn work_kind(&self, window: u32) -> Work {
-        crate::queue::note_receive_pass();
+        crate::shm::queue::note_receive_pass();
         let other = self.backlog_msgs.load(Ordering::Relaxed) != 0
             // TCP connections are polled (epoll_wait) by every pass: a
             // packet there raises no flag until the FLIH is armed.

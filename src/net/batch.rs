@@ -17,7 +17,7 @@
 //! latency is unchanged.  A thread that is about to sleep sends its held
 //! frames first (`flush_held`): a reply it waits for may depend on them.
 
-use crate::tcp::Conn;
+use crate::net::tcp::Conn;
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 

@@ -43,7 +43,7 @@ pub(crate) fn same_host(me: IpAddr, peer: IpAddr) -> bool {
     peer.is_loopback() || peer == me
 }
 
-fn current(fd: impl AsFd) -> io::Result<OsString> {
+pub(crate) fn current(fd: impl AsFd) -> io::Result<OsString> {
     socket::getsockopt(&fd, sockopt::TcpCongestion).map_err(io::Error::from)
 }
 
@@ -148,17 +148,6 @@ mod tests {
         (&server).write_all(&got).unwrap();
         (&client).read_exact(&mut got).unwrap();
         assert_eq!(&got, b"ping");
-    }
-
-    /// The endpoint's listener hands out reno, and its connections are
-    /// opened by `connect` (path/tcp.rs `greet`).
-    #[test]
-    fn an_endpoints_listener_hands_out_reno() {
-        let job = format!("congestion{}", std::process::id());
-        let ep = crate::Endpoint::new(crate::Config { job, ..crate::Config::default() }).unwrap();
-        let listener = &ep.inner.listener;
-        assert_eq!(current(listener).unwrap().to_string_lossy(), SAME_HOST);
-        assert!(ep.inner.accepted_default_congestion.is_some());
     }
 
     #[test]

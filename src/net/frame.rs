@@ -7,7 +7,7 @@
 //! window field carries the read's id and the tag is 0; a request's body
 //! is READ_REQUEST bytes, `addr u64 | len u64 | key u64`.
 
-use crate::config::MAX_WINDOWS;
+use crate::sys::limits::MAX_WINDOWS;
 
 pub const FRAME_HEADER: usize = 16;
 pub const KIND_MESSAGE: u8 = 0;

@@ -18,7 +18,7 @@
 //! for a socket then are copied out of it first, so a peer that misbehaves
 //! (or a caller that unexposes early) never has us read freed memory.
 
-use crate::sync::lock;
+use crate::sys::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -224,8 +224,8 @@ pub struct ReadRequest {
 }
 
 impl ReadRequest {
-    pub fn body(&self) -> [u8; crate::frame::READ_REQUEST] {
-        let mut b = [0u8; crate::frame::READ_REQUEST];
+    pub fn body(&self) -> [u8; crate::net::frame::READ_REQUEST] {
+        let mut b = [0u8; crate::net::frame::READ_REQUEST];
         b[0..8].copy_from_slice(&self.addr.to_le_bytes());
         b[8..16].copy_from_slice(&self.len.to_le_bytes());
         b[16..24].copy_from_slice(&self.key.to_le_bytes());
@@ -233,7 +233,7 @@ impl ReadRequest {
     }
 
     pub fn decode(id: u32, b: &[u8]) -> Option<ReadRequest> {
-        let b: &[u8; crate::frame::READ_REQUEST] = b.try_into().ok()?;
+        let b: &[u8; crate::net::frame::READ_REQUEST] = b.try_into().ok()?;
         let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
         Some(ReadRequest { id, addr: word(0), len: word(8), key: word(16) })
     }

@@ -17,10 +17,10 @@
 //! Watched always, an ACK that frees send space can be an edge that, with a
 //! thread asleep, wakes the FLIH and then that thread for nothing.
 
-use crate::buf_pool::BufPool;
-use crate::error::{Error, Result};
-use crate::frame::{self, FrameHeader, FRAME_HEADER};
-use crate::remote_read::{ReadDst, ReadRequest, Region};
+use crate::net::frame::{self, FrameHeader, FRAME_HEADER};
+use crate::net::remote_read::{ReadDst, ReadRequest, Region};
+use crate::sys::buf_pool::BufPool;
+use crate::sys::error::{Error, Result};
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -361,9 +361,9 @@ impl Conn {
             tx.queue.push_back(Item { q: Queued::Owned(v), starts_frame: true });
             return self.flush_locked(&mut tx).map(|_| ());
         }
-        if total <= HOLD_FRAME && tx.cork.len() + total <= HOLD_BYTES && crate::batch::open() {
+        if total <= HOLD_FRAME && tx.cork.len() + total <= HOLD_BYTES && crate::net::batch::open() {
             if tx.cork.is_empty() {
-                crate::batch::hold(self);
+                crate::net::batch::hold(self);
             }
             tx.cork.extend_from_slice(&head);
             parts.iter().for_each(|p| tx.cork.extend_from_slice(p));
@@ -861,8 +861,8 @@ mod tests {
         assert_eq!(available(&mut peer), frame_bytes(1, b"now"));
 
         // Inside (nested) batches small frames wait for the outermost end.
-        let outer = crate::batch::begin();
-        let inner = crate::batch::begin();
+        let outer = crate::net::batch::begin();
+        let inner = crate::net::batch::begin();
         send(2, &[2; 40]);
         send(3, &[3; 100]);
         drop(inner);
@@ -873,7 +873,7 @@ mod tests {
         assert_eq!(available(&mut peer), want, "one write, in order");
 
         // A frame too large to hold takes the held ones with it, ahead of it.
-        let batch = crate::batch::begin();
+        let batch = crate::net::batch::begin();
         send(4, &[4; 24]);
         send(5, &[5; 5000]);
         let mut want = frame_bytes(4, &[4; 24]);
@@ -881,10 +881,10 @@ mod tests {
         assert_eq!(available(&mut peer), want);
         // A thread about to sleep sends what it holds, its batch still open.
         send(6, b"before a sleep");
-        crate::batch::flush_held();
+        crate::net::batch::flush_held();
         assert_eq!(available(&mut peer), frame_bytes(6, b"before a sleep"));
         drop(batch);
-        assert!(!crate::batch::end_one(), "no batch is open any more");
+        assert!(!crate::net::batch::end_one(), "no batch is open any more");
     }
 
     #[test]
@@ -893,7 +893,7 @@ mod tests {
         let (mut peer, conn) = pair(&l);
         let conn = Arc::new(conn);
         for round in 0..3u8 {
-            let batch = crate::batch::begin();
+            let batch = crate::net::batch::begin();
             let hdr = FrameHeader { len: 40, window: 0, tag: round, kind: frame::KIND_MESSAGE };
             conn.send(hdr, &[&[round; 40]], u64::MAX).unwrap();
             drop(batch);
@@ -906,7 +906,7 @@ mod tests {
 
     #[test]
     fn a_data_frame_behind_held_frames_that_does_not_fit_waits_for_epollout() {
-        use crate::remote_read::Exposures;
+        use crate::net::remote_read::Exposures;
         use std::io::Read;
         const LEN: usize = 32 << 20;
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -920,7 +920,7 @@ mod tests {
 
         // A FIN-sized frame held by the batch, then a read's data, larger
         // than the socket takes while the peer reads nothing.
-        let batch = crate::batch::begin();
+        let batch = crate::net::batch::begin();
         conn.send(FrameHeader { len: 40, window: 0, tag: 9, kind: frame::KIND_MESSAGE }, &[&[9; 40]], u64::MAX).unwrap();
         let data_hdr = FrameHeader { len: LEN as u64, window: 5, tag: 0, kind: frame::KIND_READ_DATA };
         conn.send_lent(data_hdr, &region, data.as_ptr(), LEN).unwrap();

@@ -42,7 +42,7 @@
 //! does and its own process is registered (`asymmetric`).  Loom has no
 //! model of membarrier; the stress test below runs the real one.
 
-use crate::sync::{fence, AtomicU32, Ordering};
+use crate::sys::sync::{fence, AtomicU32, Ordering};
 use std::time::Duration;
 
 /// Set while the receiver is (about to be) asleep.

@@ -40,8 +40,8 @@
 //!   `head` past the BULK record, so the queue's backpressure wake-up
 //!   (queue.rs Q2) also covers a sender waiting for a slot.
 
-use crate::error::{Error, Result};
-use crate::shm::{bulk_name, Owner, Segment, ShmSafe};
+use crate::shm::segment::{bulk_name, Owner, Segment, ShmSafe};
+use crate::sys::error::{Error, Result};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub const BULK_MAGIC: u64 = u64::from_le_bytes(*b"DBBULK\0\0");

@@ -16,11 +16,11 @@
 //! of peers, and a full directory is an error when a window opens, never a
 //! SIGBUS later.
 
-use crate::config::MAX_WINDOWS;
-use crate::error::{Error, Result};
-use crate::fbox::{self, BoxTable, BOX_BYTES};
-use crate::queue::QueueRef;
-use crate::shm::{control_name, Owner, Segment, ShmSafe};
+use crate::shm::fbox::{self, BoxTable, BOX_BYTES};
+use crate::shm::queue::QueueRef;
+use crate::shm::segment::{control_name, Owner, Segment, ShmSafe};
+use crate::sys::error::{Error, Result};
+use crate::sys::limits::MAX_WINDOWS;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -150,7 +150,7 @@ impl Control {
             (*p).owner_pid = std::process::id();
             (*p).owner_task = task;
             (*p).unlink_after = peers.map_or(UNLINK_AT_CLOSE, |n| n.min(UNLINK_AT_CLOSE - 1));
-            (*p).light_rings = crate::bell::asymmetric() as u32;
+            (*p).light_rings = crate::shm::bell::asymmetric() as u32;
         }
         let h = c.header();
         h.windows_open.store(1, Ordering::Relaxed);
@@ -250,7 +250,7 @@ impl Control {
 
     /// Whether this process may ring the owner's bells with `ring_light`.
     pub fn rings_light(&self) -> bool {
-        self.header().light_rings != 0 && crate::bell::asymmetric()
+        self.header().light_rings != 0 && crate::shm::bell::asymmetric()
     }
 
     pub fn header(&self) -> &ControlHeader {

@@ -40,9 +40,9 @@
 //!   Release (bell.rs); the receiver's re-check after arming reads every
 //!   box it knows and `claims`.
 
-use crate::error::{Error, Result};
-use crate::queue::{BulkId, QueueConsumer, QueueRef, QueueWriter};
-use crate::shm::ShmSafe;
+use crate::shm::queue::{BulkId, QueueConsumer, QueueRef, QueueWriter};
+use crate::shm::segment::ShmSafe;
+use crate::sys::error::{Error, Result};
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Boxes per receiver (window 0).
@@ -183,7 +183,7 @@ impl BoxesRx {
             // Box records are whole messages: no bulk segments to name.
             let id = BulkId { dir: String::new(), job: String::new(), src: 0, dst: me, window: 0 };
             match open(i).and_then(|q| QueueConsumer::new(q, id, max_message)) {
-                Ok(c) if task < crate::config::MAX_TASKS => self.boxes.push(BoxRx { owner: task, index: i, c, broken: false }),
+                Ok(c) if task < crate::sys::limits::MAX_TASKS => self.boxes.push(BoxRx { owner: task, index: i, c, broken: false }),
                 _ => eprintln!("doorbell: task {me}: fast box {i} claimed by an unknown sender ({o}); ignored"),
             }
         }

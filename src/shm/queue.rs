@@ -50,14 +50,14 @@
 //!   either the producer sees the room, or the consumer sees its bit.
 //!   (bell.rs's loom test `queue_backpressure_two_producers` models it.)
 
-use crate::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK_REF_BYTES};
-use crate::config::MAX_TASKS;
-use crate::counters::GuardedCount;
-use crate::error::{Error, Result};
-use crate::record::{
+use crate::shm::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK_REF_BYTES};
+use crate::sys::counters::GuardedCount;
+use crate::sys::error::{Error, Result};
+use crate::sys::limits::MAX_TASKS;
+use crate::shm::record::{
     align16, has_prefetchw, prefetch_for_write, word_at, Gather, Record, ALIGN, BULK, FIRST, HOT_BYTES, LAST, LEN_MAX, MIN_CHUNK, PAD, REC, SPARE_MAX, TOTAL_BYTES,
 };
-use crate::shm::{Segment, ShmSafe};
+use crate::shm::segment::{Segment, ShmSafe};
 use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -79,7 +79,7 @@ const PREFETCH_LINES: u64 = 32;
 /// stream of 2 KiB messages without them runs at 0.4x the rate.
 static RECEIVE_PASSES: AtomicU64 = AtomicU64::new(0);
 
-/// A receive pass begins (work_check.rs, endpoint.rs `pass`).
+/// A receive pass begins (work_check.rs, endpoint `Inner::pass`).
 #[inline(always)]
 pub(crate) fn note_receive_pass() {
     // Not an RMW: a lost increment between threads only delays a hint.
@@ -1073,7 +1073,7 @@ impl QueueConsumer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shm::Owner;
+    use crate::shm::segment::Owner;
 
     struct Fixture {
         seg: Arc<Segment>,

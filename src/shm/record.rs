@@ -125,7 +125,7 @@ impl Record {
     }
 }
 
-const _: () = assert!(crate::config::MAX_TASKS <= 1 << 16);
+const _: () = assert!(crate::sys::limits::MAX_TASKS <= 1 << 16);
 const _: () = assert!(ALIGN.is_power_of_two() && REC + TOTAL_BYTES == ALIGN);
 
 /// The stamp of a record at position `pos` (16-aligned): never 0.

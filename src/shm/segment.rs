@@ -17,7 +17,7 @@
 //! lock is held fails (`Error::InUse`) instead of taking the live owner's
 //! name, and the reaper removes only files whose lock is free.
 
-use crate::error::{Error, Result};
+use crate::sys::error::{Error, Result};
 #[cfg(not(miri))]
 use memmap2::MmapRaw;
 use nix::fcntl::posix_fallocate;
@@ -536,7 +536,7 @@ pub fn reap_dead_tasks(dir: &str) {
             continue;
         }
         let mut head = [0u8; 16];
-        if f.read_exact_at(&mut head, 0).is_err() || head[0..8] != crate::control::CONTROL_MAGIC.to_le_bytes() {
+        if f.read_exact_at(&mut head, 0).is_err() || head[0..8] != crate::shm::control::CONTROL_MAGIC.to_le_bytes() {
             continue;
         }
         if !lock(&f, false).unwrap_or(false) {

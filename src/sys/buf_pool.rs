@@ -19,7 +19,7 @@
 //! size of a buffer it keeps and in the bytes it holds, so an idle endpoint
 //! holds at most KEEP_BYTES (32 MiB).
 
-use crate::sync::lock;
+use crate::sys::sync::lock;
 use std::sync::Mutex;
 
 const KEEP: usize = 256;

@@ -1,6 +1,6 @@
 //! Errors of the core and their C status codes (one table, both directions).
 
-use crate::ffi;
+use crate::abi::ffi;
 use std::fmt;
 use std::io;
 

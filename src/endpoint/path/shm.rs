@@ -2,18 +2,18 @@
 //! (queue.rs, in its control segment), the backlog of sends that did not
 //! fit yet, and the receive side's polling of its own queues.
 
-use crate::buf_pool::BufPool;
-use crate::bell::Rang;
-use crate::config::{MAX_TASKS, MAX_WINDOWS};
-use crate::control::Control;
-use crate::fbox::{BoxTx, BoxesRx, BOX_AFTER};
 use crate::endpoint::Inner;
-use crate::error::{Error, Result};
-use crate::peers::Peer;
-use crate::queue::{BulkId, QueueConsumer, QueueProducer, QueueWriter};
-use crate::record::Gather;
-use crate::sync::lock;
-use crate::wait::Stall;
+use crate::endpoint::peers::Peer;
+use crate::endpoint::wait::Stall;
+use crate::shm::bell::Rang;
+use crate::shm::control::Control;
+use crate::shm::fbox::{BoxTx, BoxesRx, BOX_AFTER};
+use crate::shm::queue::{BulkId, QueueConsumer, QueueProducer, QueueWriter};
+use crate::shm::record::Gather;
+use crate::sys::buf_pool::BufPool;
+use crate::sys::error::{Error, Result};
+use crate::sys::limits::{MAX_TASKS, MAX_WINDOWS};
+use crate::sys::sync::lock;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 

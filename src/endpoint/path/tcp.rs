@@ -3,18 +3,18 @@
 //! watches while someone sleeps, reading frames into a window's inbox,
 //! and closing connections.  The per-connection framing is in tcp.rs.
 
-use crate::address::Address;
-use crate::bell;
-use crate::config::MAX_WINDOWS;
-use crate::counters::bump;
+use crate::endpoint::address::Address;
+use crate::endpoint::peers::Peer;
 use crate::endpoint::{Inner, WindowLocal, CONNS_IN_FLIH, TOKEN_CONNS};
-use crate::error::{Error, Result};
-use crate::frame::{self, FrameHeader, READ_REQUEST};
-use crate::remote_read::{ReadDone, ReadDst, ReadRequest};
-use crate::peers::Peer;
-use crate::sync::lock;
+use crate::net::frame::{self, FrameHeader, READ_REQUEST};
+use crate::net::remote_read::{ReadDone, ReadDst, ReadRequest};
+use crate::net::tcp::{Conn, RxEnd, RxEvent, CONN_EVENTS};
+use crate::shm::bell;
+use crate::sys::counters::bump;
+use crate::sys::error::{Error, Result};
+use crate::sys::limits::MAX_WINDOWS;
+use crate::sys::sync::lock;
 use crate::sys;
-use crate::tcp::{Conn, RxEnd, RxEvent, CONN_EVENTS};
 use nix::sys::epoll::{EpollEvent, EpollFlags};
 use std::io;
 use std::net::TcpStream;
@@ -56,8 +56,8 @@ impl Inner {
         for _ in 0..ATTEMPTS {
             let me = std::net::IpAddr::V4(*self.me.tcp.ip());
             let mut stream =
-                crate::congestion::connect(me, addr.tcp, Duration::from_secs(5)).map_err(|_| Error::Network)?;
-            match crate::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret) {
+                crate::net::congestion::connect(me, addr.tcp, Duration::from_secs(5)).map_err(|_| Error::Network)?;
+            match crate::net::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret) {
                 Ok(()) => return Ok(stream),
                 Err(e) if matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset) => continue,
                 Err(_) => return Err(Error::Network),
@@ -197,7 +197,7 @@ impl Inner {
             RxEnd::Throttled => lock(&self.throttled).push(conn.clone()),
             RxEnd::Closed | RxEnd::Garbage => {
                 if let Some(id) = conn.abandoned_read() {
-                    self.read_ended(id, crate::ffi::DOORBELL_ERR_PEER_LOST);
+                    self.read_ended(id, crate::abi::ffi::DOORBELL_ERR_PEER_LOST);
                 }
                 self.drop_conn(conn);
                 self.peer_exited(task);
