@@ -14,7 +14,7 @@ use crate::endpoint::config::{Config, WaitMode};
 use crate::endpoint::{Endpoint, Woke};
 use crate::net::remote_read::{ReadDone, ReadDst};
 pub use crate::sys::counters::doorbell_counters;
-use crate::sys::error::Error;
+use crate::sys::error::{Error, ALL};
 use crate::sys::limits::{MAX_TASKS, MAX_WINDOWS};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -197,10 +197,45 @@ fn wait_mode(code: u32) -> Option<Option<WaitMode>> {
     }
 }
 
+/// An error's status code: the one place the numbers are given out.
+impl From<Error> for c_int {
+    fn from(e: Error) -> c_int {
+        match e {
+            Error::InvalidArgument => DOORBELL_ERR_INVALID_ARGUMENT,
+            Error::UnknownWindow => DOORBELL_ERR_UNKNOWN_WINDOW,
+            Error::UnknownTask => DOORBELL_ERR_UNKNOWN_TASK,
+            Error::BadLength => DOORBELL_ERR_BAD_LENGTH,
+            Error::BadAddress => DOORBELL_ERR_BAD_ADDRESS,
+            Error::WouldBlock => DOORBELL_ERR_WOULD_BLOCK,
+            Error::TimedOut => DOORBELL_ERR_TIMED_OUT,
+            Error::PeerLost => DOORBELL_ERR_PEER_LOST,
+            Error::NoShmSpace => DOORBELL_ERR_NO_SHM_SPACE,
+            Error::Shm => DOORBELL_ERR_SHM,
+            Error::Network => DOORBELL_ERR_NETWORK,
+            Error::NoInterface => DOORBELL_ERR_NO_INTERFACE,
+            Error::BufferTooSmall => DOORBELL_ERR_BUFFER_TOO_SMALL,
+            Error::Internal => DOORBELL_ERR_INTERNAL,
+            Error::ShmRefused => DOORBELL_ERR_SHM_REFUSED,
+            Error::InUse => DOORBELL_ERR_IN_USE,
+            Error::FlihFailed => DOORBELL_ERR_FLIH_FAILED,
+        }
+    }
+}
+
+/// The error a status code stands for, if any.
+fn error_from_code(code: c_int) -> Option<Error> {
+    ALL.iter().copied().find(|&e| c_int::from(e) == code)
+}
+
+/// 0 for a success, else the error's code.
+fn status(r: Result<(), Error>) -> c_int {
+    r.map_or_else(c_int::from, |()| DOORBELL_OK)
+}
+
 fn guard(f: impl FnOnce() -> Result<c_int, Error>) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(n)) => n,
-        Ok(Err(e)) => e.code(),
+        Ok(Err(e)) => e.into(),
         Err(_) => DOORBELL_ERR_INTERNAL,
     }
 }
@@ -765,12 +800,12 @@ pub unsafe extern "C" fn doorbell_reads_done(
         if out.is_null() && max > 0 {
             return Err(Error::InvalidArgument);
         }
-        let mut done = [ReadDone { cookie: 0, status: 0 }; 16];
+        let mut done = [ReadDone { cookie: 0, status: Ok(()) }; 16];
         let want = max.min(done.len());
         let n = ep.reads_done(window, &mut done[..want])?;
         for (i, d) in done[..n].iter().enumerate() {
             // SAFETY: `out` holds `max` >= n writable entries (contract).
-            unsafe { out.add(i).write(doorbell_read_result { cookie: d.cookie, status: d.status }) };
+            unsafe { out.add(i).write(doorbell_read_result { cookie: d.cookie, status: status(d.status) }) };
         }
         Ok(n as c_int)
     })
@@ -805,7 +840,7 @@ pub unsafe extern "C" fn doorbell_counters_get(ep: *const doorbell_endpoint, out
 pub extern "C" fn doorbell_error_string(code: c_int) -> *const c_char {
     let msg = match code {
         c if c >= 0 => c"success",
-        c => Error::from_code(c).map_or(c"unknown status code", Error::c_message),
+        c => error_from_code(c).map_or(c"unknown status code", Error::c_message),
     };
     msg.as_ptr()
 }
@@ -815,10 +850,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn codes_round_trip_and_are_distinct() {
+        for e in ALL {
+            let code = c_int::from(e);
+            assert!(code < 0, "{e:?}");
+            assert_eq!(error_from_code(code), Some(e));
+        }
+        let mut codes: Vec<c_int> = ALL.iter().map(|&e| e.into()).collect();
+        codes.sort();
+        codes.dedup();
+        assert_eq!(codes.len(), ALL.len(), "two errors share a code");
+        assert_eq!(error_from_code(DOORBELL_OK), None);
+        assert_eq!(status(Ok(())), DOORBELL_OK);
+        assert_eq!(status(Err(Error::PeerLost)), DOORBELL_ERR_PEER_LOST);
+    }
+
+    #[test]
     fn error_strings_match_the_rust_messages() {
-        for e in crate::sys::error::ALL {
+        for e in ALL {
             // SAFETY: doorbell_error_string returns a static C string.
-            let s = unsafe { CStr::from_ptr(doorbell_error_string(e.code())) };
+            let s = unsafe { CStr::from_ptr(doorbell_error_string(e.into())) };
             assert_eq!(s.to_str().unwrap(), e.message());
         }
         // SAFETY: as above.

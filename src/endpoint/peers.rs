@@ -224,7 +224,7 @@ impl Inner {
             Woke::PeerLost(task)
         };
         // Reads from it that no data frame is filling will never be answered.
-        for (w, done) in self.reads.fail_unclaimed(task, crate::abi::ffi::DOORBELL_ERR_PEER_LOST) {
+        for (w, done) in self.reads.fail_unclaimed(task) {
             self.report_read(w, done);
         }
         let open = self.control.windows_open();

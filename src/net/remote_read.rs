@@ -18,6 +18,7 @@
 //! for a socket then are copied out of it first, so a peer that misbehaves
 //! (or a caller that unexposes early) never has us read freed memory.
 
+use crate::sys::error::{Error, Result};
 use crate::sys::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -137,11 +138,12 @@ struct Pending {
     claimed: bool,
 }
 
-/// A read that ended: its cookie and its outcome (0 or a doorbell error code).
+/// A read that ended: its cookie and its outcome (Ok: the bytes are in
+/// place; PeerLost: they never will be).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadDone {
     pub cookie: u64,
-    pub status: i32,
+    pub status: Result<()>,
 }
 
 /// The reads this process has asked peers for.
@@ -184,7 +186,7 @@ impl Reads {
     }
 
     /// Read `id` ended (its data is in place, or not): (window, result).
-    pub fn finish(&self, id: u32, status: i32) -> Option<(u32, ReadDone)> {
+    pub fn finish(&self, id: u32, status: Result<()>) -> Option<(u32, ReadDone)> {
         let mut map = lock(&self.map);
         let p = map.remove(&id)?;
         self.count.store(map.len(), Ordering::Relaxed);
@@ -196,9 +198,10 @@ impl Reads {
         self.moved.load(Ordering::Relaxed) && self.moved.swap(false, Ordering::Acquire)
     }
 
-    /// `task` is gone: its reads that no data frame is filling fail
-    /// ((window, result) each).  One being filled ends with its connection.
-    pub fn fail_unclaimed(&self, task: u32, status: i32) -> Vec<(u32, ReadDone)> {
+    /// `task` is gone: its reads that no data frame is filling fail with
+    /// PeerLost ((window, result) each).  One being filled ends with its
+    /// connection.
+    pub fn fail_unclaimed(&self, task: u32) -> Vec<(u32, ReadDone)> {
         if self.count.load(Ordering::Relaxed) == 0 {
             return vec![];
         }
@@ -207,7 +210,7 @@ impl Reads {
         let out = ids
             .into_iter()
             .filter_map(|id| map.remove(&id))
-            .map(|p| (p.window, ReadDone { cookie: p.cookie, status }))
+            .map(|p| (p.window, ReadDone { cookie: p.cookie, status: Err(Error::PeerLost) }))
             .collect();
         self.count.store(map.len(), Ordering::Relaxed);
         out
@@ -275,9 +278,9 @@ mod tests {
         assert!(r.claim(3, a, 9).is_none(), "another length");
         assert!(r.claim(3, a, 8).is_some());
         assert!(r.claim(3, a, 8).is_none(), "a second data frame");
-        assert_eq!(r.fail_unclaimed(3, -1), vec![(0, ReadDone { cookie: 12, status: -1 })]);
-        assert_eq!(r.finish(a, 0), Some((0, ReadDone { cookie: 11, status: 0 })));
-        assert_eq!(r.finish(b, 0), None);
+        assert_eq!(r.fail_unclaimed(3), vec![(0, ReadDone { cookie: 12, status: Err(Error::PeerLost) })]);
+        assert_eq!(r.finish(a, Ok(())), Some((0, ReadDone { cookie: 11, status: Ok(()) })));
+        assert_eq!(r.finish(b, Ok(())), None);
         let q = ReadRequest { id: 9, addr: 1, len: 2, key: 3 };
         assert_eq!(ReadRequest::decode(9, &q.body()), Some(q));
     }

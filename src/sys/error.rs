@@ -1,6 +1,7 @@
-//! Errors of the core and their C status codes (one table, both directions).
+//! The core's errors: one enum for every floor, at the bottom so that each
+//! can use it.  The C ABI gives each its status code (abi/ffi.rs); nothing
+//! below it knows the numbers.
 
-use crate::abi::ffi;
 use std::fmt;
 use std::io;
 
@@ -28,29 +29,6 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// The C status code: the header's DOORBELL_ERR_* (ffi.rs).
-    pub fn code(self) -> i32 {
-        match self {
-            Error::InvalidArgument => ffi::DOORBELL_ERR_INVALID_ARGUMENT,
-            Error::UnknownWindow => ffi::DOORBELL_ERR_UNKNOWN_WINDOW,
-            Error::UnknownTask => ffi::DOORBELL_ERR_UNKNOWN_TASK,
-            Error::BadLength => ffi::DOORBELL_ERR_BAD_LENGTH,
-            Error::BadAddress => ffi::DOORBELL_ERR_BAD_ADDRESS,
-            Error::WouldBlock => ffi::DOORBELL_ERR_WOULD_BLOCK,
-            Error::TimedOut => ffi::DOORBELL_ERR_TIMED_OUT,
-            Error::PeerLost => ffi::DOORBELL_ERR_PEER_LOST,
-            Error::NoShmSpace => ffi::DOORBELL_ERR_NO_SHM_SPACE,
-            Error::Shm => ffi::DOORBELL_ERR_SHM,
-            Error::Network => ffi::DOORBELL_ERR_NETWORK,
-            Error::NoInterface => ffi::DOORBELL_ERR_NO_INTERFACE,
-            Error::BufferTooSmall => ffi::DOORBELL_ERR_BUFFER_TOO_SMALL,
-            Error::Internal => ffi::DOORBELL_ERR_INTERNAL,
-            Error::ShmRefused => ffi::DOORBELL_ERR_SHM_REFUSED,
-            Error::InUse => ffi::DOORBELL_ERR_IN_USE,
-            Error::FlihFailed => ffi::DOORBELL_ERR_FLIH_FAILED,
-        }
-    }
-
     pub fn message(self) -> &'static str {
         self.c_message().to_str().expect("messages are ASCII")
     }
@@ -84,10 +62,6 @@ impl Error {
         }
     }
 
-    pub(crate) fn from_code(code: i32) -> Option<Error> {
-        ALL.iter().copied().find(|e| e.code() == code)
-    }
-
     /// Map a shared-memory I/O error: ENOSPC is its own code.
     pub(crate) fn shm(e: io::Error) -> Error {
         match e.raw_os_error() {
@@ -97,6 +71,7 @@ impl Error {
     }
 }
 
+/// Every error, for the C ABI's table of codes and its tests.
 pub const ALL: [Error; 17] = [
     Error::InvalidArgument,
     Error::UnknownWindow,
@@ -124,17 +99,3 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn codes_round_trip_and_are_distinct() {
-        for e in ALL {
-            assert!(e.code() < 0);
-            assert_eq!(Error::from_code(e.code()), Some(e));
-        }
-        assert_eq!(Error::from_code(0), None);
-    }
-}

@@ -174,7 +174,7 @@ impl Inner {
             RxEvent::Goodbye => goodbye = true,
             RxEvent::Released => released = true,
             RxEvent::ReadRequest(r) => requests.push(r),
-            RxEvent::ReadDone { id } => self.read_ended(id, 0),
+            RxEvent::ReadDone { id } => self.read_ended(id, Ok(())),
             RxEvent::ReadMoved => self.reads.moved.store(true, Ordering::Release),
         });
         for r in requests {
@@ -197,7 +197,7 @@ impl Inner {
             RxEnd::Throttled => lock(&self.throttled).push(conn.clone()),
             RxEnd::Closed | RxEnd::Garbage => {
                 if let Some(id) = conn.abandoned_read() {
-                    self.read_ended(id, crate::abi::ffi::DOORBELL_ERR_PEER_LOST);
+                    self.read_ended(id, Err(Error::PeerLost));
                 }
                 self.drop_conn(conn);
                 self.peer_exited(task);
@@ -221,9 +221,9 @@ impl Inner {
         true
     }
 
-    /// Read `id` ended with `status` (0 or an error code): report it to its
-    /// window (`reads_done`) and wake that window.
-    pub(crate) fn read_ended(&self, id: u32, status: i32) {
+    /// Read `id` ended with `status`: report it to its window
+    /// (`reads_done`) and wake that window.
+    pub(crate) fn read_ended(&self, id: u32, status: Result<()>) {
         if let Some((window, done)) = self.reads.finish(id, status) {
             self.report_read(window, done);
         }
@@ -252,7 +252,7 @@ impl Inner {
         // Never refused (no backlog limit): a request is 40 bytes, and goes
         // ahead of queued data (tcp.rs `send_urgent`).
         if let Err(e) = conn.send_urgent(hdr, &req.body()) {
-            self.reads.finish(id, 0);
+            self.reads.finish(id, Err(e));
             return Err(e);
         }
         bump(&self.counters.tcp_sent);
