@@ -245,9 +245,9 @@ mod loom_tests {
         });
     }
 
-    /// The backpressure wake-up with one producer (the per-pair ring's SYNC
-    /// POINT R3 before issue 11; queue.rs Q2 keeps its shape, and
-    /// `queue_backpressure_two_producers` below models the queue): a
+    /// The backpressure wake-up with one producer (the shape of queue.rs
+    /// SYNC POINT Q2; `queue_backpressure_two_producers` below models the
+    /// queue): a
     /// producer with a queued rest raises `producer_waiting`, arms its own
     /// bell, raises the flag again and re-reads `head` before sleeping.  The
     /// consumer stores `head` with no fence and reads the flag with a plain
