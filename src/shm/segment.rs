@@ -20,7 +20,10 @@
 use crate::sys::error::{Error, Result};
 #[cfg(not(miri))]
 use memmap2::MmapRaw;
+use nix::errno::Errno;
 use nix::fcntl::posix_fallocate;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -56,8 +59,7 @@ fn refuse(path: &Path, why: &str, e: Error) -> Error {
 
 #[cfg(not(miri))]
 fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    nix::unistd::geteuid().as_raw()
 }
 
 /// Miri's geteuid is a fixed stand-in; the owner of /proc/self is the real
@@ -543,10 +545,8 @@ pub fn reap_dead_tasks(dir: &str) {
             continue;
         }
         let pid = u32::from_le_bytes(head[12..16].try_into().unwrap());
-        // SAFETY: signal 0 only checks that the process exists.
-        let gone = pid != 0
-            && unsafe { libc::kill(pid as libc::pid_t, 0) } == -1
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        // Signal 0 only checks that the process exists.
+        let gone = pid != 0 && kill(Pid::from_raw(pid as libc::pid_t), None) == Err(Errno::ESRCH);
         if gone && still_names(&path, &f) {
             unlink_task_files(dir, job, task);
         }
