@@ -5,18 +5,97 @@
 //! `Inner::wake_own`): the woken thread reads the socket itself.  It never
 //! runs user callbacks.
 
+use crate::endpoint::path::tcp::TcpSide;
+use crate::endpoint::peers::Peers;
 use crate::endpoint::pending::{self, Listener, Pending, PendingSet, Step, PENDING_BIT};
-use crate::endpoint::{Inner, PID_BIT, PID_POLL_NS, TOKEN_CONNS, TOKEN_LISTENER, TOKEN_PID_POLL, TOKEN_SHUTDOWN};
+use crate::endpoint::Inner;
 use crate::net::handshake;
 use crate::net::tcp::Conn;
-use crate::sys::counters::bump;
-use crate::sys::limits::MAX_TASKS;
 use crate::sys;
-use nix::sys::epoll::{EpollEvent, EpollFlags};
+use crate::sys::counters::bump;
+use crate::sys::error::Error;
+use crate::sys::limits::MAX_TASKS;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use std::ffi::OsString;
 use std::io::Write;
+use std::net::TcpListener;
+use std::os::fd::{AsFd, OwnedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Tokens of the FLIH's epoll set: 0 shutdown, 1 listener, 2 the connection
+/// set, PID_BIT|task for pidfds.  In the connection set a token names a
+/// connection (3 and up).
+const TOKEN_SHUTDOWN: u64 = 0;
+const TOKEN_LISTENER: u64 = 1;
+const TOKEN_CONNS: u64 = 2;
+/// Wakes the FLIH to start checking unwatched pids (see `watch_pid`).
+/// (Connection tokens, 3 and up, live in the connection set, not here.)
+const TOKEN_PID_POLL: u64 = 3;
+/// How often the FLIH checks the peers it could not watch with a pidfd.
+const PID_POLL_NS: u64 = 100_000_000;
+/// The connection set sits in the FLIH's set one-shot: it wakes the FLIH
+/// once, then only after a sleeper or a new connection re-arms it
+/// (`Flih::rearm_conns`).
+const CONNS_IN_FLIH: EpollFlags = EpollFlags::EPOLLIN.union(EpollFlags::EPOLLONESHOT);
+/// A pidfd's token: PID_BIT | task.
+const PID_BIT: u64 = 1 << 62;
+
+/// The FLIH's own state: its epoll set and what only it watches.
+pub(crate) struct Flih {
+    /// Shutdown, the listener, handshakes, pidfds, the pid-poll kick, and
+    /// the connection set (one-shot, CONNS_IN_FLIH).
+    epoll: Epoll,
+    shutdown: EventFd,
+    listener: TcpListener,
+    /// The system's congestion control, given back to accepted connections
+    /// from other hosts (the listener hands out reno: congestion.rs); None
+    /// if the listener could not be set.
+    accepted_default_congestion: Option<OsString>,
+    /// Tokens of connections and handshakes, 3 and up (see TOKEN_*).
+    next_token: AtomicU64,
+}
+
+impl Flih {
+    /// The epoll set with the fixed members: shutdown, `listener`, the
+    /// peers' pid-poll kick and the TCP side's connection set.
+    pub(crate) fn new(listener: TcpListener, accepted_default_congestion: Option<OsString>, peers: &Peers, tcp: &TcpSide) -> Result<Flih, Error> {
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?;
+        let readable = |token| EpollEvent::new(EpollFlags::EPOLLIN, token);
+        let shutdown = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(|_| Error::Internal)?;
+        epoll.add(&shutdown, readable(TOKEN_SHUTDOWN)).map_err(|_| Error::Internal)?;
+        epoll.add(&listener, readable(TOKEN_LISTENER)).map_err(|_| Error::Internal)?;
+        epoll.add(peers.pid_poll_kick(), readable(TOKEN_PID_POLL)).map_err(|_| Error::Internal)?;
+        epoll.add(&tcp.conn_set().0, EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS)).map_err(|_| Error::Internal)?;
+        Ok(Flih { epoll, shutdown, listener, accepted_default_congestion, next_token: AtomicU64::new(3) })
+    }
+
+    pub(crate) fn new_token(&self) -> u64 {
+        self.next_token.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Watch `task`'s pidfd: its exit wakes the FLIH.
+    pub(crate) fn watch_pidfd(&self, task: u32, fd: &OwnedFd) {
+        let _ = self.epoll.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, PID_BIT | task as u64));
+    }
+
+    pub(crate) fn unwatch(&self, fd: impl AsFd) {
+        let _ = self.epoll.delete(fd);
+    }
+
+    /// Let the connection set wake the FLIH again (once: EPOLLONESHOT).
+    #[inline]
+    pub(crate) fn rearm_conns(&self, tcp: &TcpSide) {
+        let _ = self.epoll.modify(&tcp.conn_set().0, &mut EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS));
+    }
+
+    /// End the thread's loop (Endpoint's drop).
+    pub(crate) fn stop(&self) {
+        let _ = self.shutdown.write(1);
+    }
+}
 
 /// After accept fails for want of descriptors or memory, the listener is
 /// left out of the set this long: its backlog stays readable, and watching
@@ -58,14 +137,14 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
         // Peers without a pidfd are checked every PID_POLL_NS; handshakes
         // have deadlines; a paused listener resumes.  Otherwise the FLIH
         // sleeps until something happens.
-        let polling = inner.pid_polls_pending.load(Ordering::Acquire) > 0;
+        let polling = inner.peers.polling();
         let pid_poll_at = polling.then(|| pids_checked + PID_POLL_NS);
         let wake_at = [pending.next_deadline(), paused_until, pid_poll_at].into_iter().flatten().min();
         let timeout = wake_at.map_or(-1, |t| {
             let ns = t.saturating_sub(sys::now_ns());
             ns.div_ceil(1_000_000).min(i32::MAX as u64) as i32
         });
-        let n = sys::epoll_wait(&inner.epoll, &mut events, timeout)?;
+        let n = sys::epoll_wait(&inner.flih.epoll, &mut events, timeout)?;
         if polling && sys::now_ns() - pids_checked >= PID_POLL_NS {
             pids_checked = sys::now_ns();
             inner.poll_pids();
@@ -76,7 +155,7 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
                 TOKEN_SHUTDOWN => return Ok(()),
                 TOKEN_LISTENER => {
                     if accept_all(inner, &mut pending).is_err() {
-                        let _ = inner.epoll.modify(&inner.listener, &mut EpollEvent::new(EpollFlags::empty(), TOKEN_LISTENER));
+                        let _ = inner.flih.epoll.modify(&inner.flih.listener, &mut EpollEvent::new(EpollFlags::empty(), TOKEN_LISTENER));
                         paused_until = Some(sys::now_ns() + ACCEPT_PAUSE_NS);
                     }
                 }
@@ -96,7 +175,7 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
         if paused_until.is_some_and(|t| now >= t) {
             paused_until = None;
             // Level-triggered: a backlog that waited is reported at once.
-            let _ = inner.epoll.modify(&inner.listener, &mut EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_LISTENER));
+            let _ = inner.flih.epoll.modify(&inner.flih.listener, &mut EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_LISTENER));
         }
     }
 }
@@ -105,7 +184,7 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
 /// accept ran out of descriptors or memory (the caller pauses the listener).
 fn accept_all(inner: &Inner, pending: &mut PendingSet) -> Result<(), ()> {
     loop {
-        let stream = match inner.listener.accept() {
+        let stream = match inner.flih.listener.accept() {
             Ok((s, _)) => s,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) => {
@@ -119,7 +198,7 @@ fn accept_all(inner: &Inner, pending: &mut PendingSet) -> Result<(), ()> {
                 reject(inner, old);
             }
         }
-        if let Some(default) = &inner.accepted_default_congestion {
+        if let Some(default) = &inner.flih.accepted_default_congestion {
             crate::net::congestion::fit(&stream, default);
         }
         let Ok(nonce) = handshake::random::<{ handshake::NONCE_BYTES }>() else { continue };
@@ -131,7 +210,7 @@ fn accept_all(inner: &Inner, pending: &mut PendingSet) -> Result<(), ()> {
         }
         let token = inner.new_token() | PENDING_BIT;
         let events = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
-        if inner.epoll.add(&stream, EpollEvent::new(events, token)).is_ok() {
+        if inner.flih.epoll.add(&stream, EpollEvent::new(events, token)).is_ok() {
             pending.insert(token, stream, nonce, sys::now_ns());
         }
     }
@@ -143,13 +222,13 @@ fn handshake_step(inner: &Inner, pending: &mut PendingSet, token: u64) {
         Step::More => {}
         Step::Stranger(p) => reject(inner, p),
         Step::Greeted(p, t) => {
-            let _ = inner.epoll.delete(&p.stream);
+            inner.flih.unwatch(&p.stream);
             let ack = t.ack(&inner.me.secret);
             // Nothing was sent since the challenge: the ack fits whole.
             if (&p.stream).write(&ack).ok() != Some(ack.len()) {
                 return;
             }
-            let set = inner.conn_epoll.clone();
+            let set = inner.tcp.conn_set().clone();
             let Ok(conn) = Conn::new(p.stream, inner.new_token(), t.connector, inner.buf_pool.clone(), set) else { return };
             inner.accept_conn(Arc::new(conn));
         }
@@ -158,7 +237,7 @@ fn handshake_step(inner: &Inner, pending: &mut PendingSet, token: u64) {
 
 /// Close a connection that did not complete the handshake.
 fn reject(inner: &Inner, p: Pending) {
-    let _ = inner.epoll.delete(&p.stream);
+    inner.flih.unwatch(&p.stream);
     bump(&inner.counters.strangers_rejected);
 }
 
@@ -197,7 +276,7 @@ mod tests {
             // Both are asleep on their bells by then (Block mode sleeps at once).
             std::thread::sleep(Duration::from_millis(500));
             let hook = EventFd::new().unwrap();
-            ep.inner.epoll.add(&hook, EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_TEST_PANIC)).unwrap();
+            ep.inner.flih.epoll.add(&hook, EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_TEST_PANIC)).unwrap();
             hook.write(1).unwrap();
             sleepers.into_iter().map(|t| t.join().unwrap()).collect()
         });
@@ -225,9 +304,9 @@ mod tests {
     #[test]
     fn an_endpoints_listener_hands_out_reno() {
         let ep = endpoint("congestion");
-        let current = crate::net::congestion::current(&ep.inner.listener).unwrap();
+        let current = crate::net::congestion::current(&ep.inner.flih.listener).unwrap();
         assert_eq!(current.to_string_lossy(), crate::net::congestion::SAME_HOST);
-        assert!(ep.inner.accepted_default_congestion.is_some());
+        assert!(ep.inner.flih.accepted_default_congestion.is_some());
     }
 
     #[test]

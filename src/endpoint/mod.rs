@@ -1,6 +1,11 @@
-//! The endpoint: one per process.  Its state, its public API, the bell
-//! rings (the SLIH) and the progress pass that polls both paths.  Peers
-//! are in peers.rs, the paths in path/, waiting in wait.rs.
+//! The endpoint floor: one endpoint per process, over `shm` and `net`.
+//!
+//! This file holds its public API, the bell rings (the SLIH) and the
+//! progress pass that polls both paths.  Its state (`Inner`) is made of
+//! parts that own their fields, each in its own file: the shared-memory
+//! side (path/shm.rs `ShmSide`), the TCP side (path/tcp.rs `TcpSide`), the
+//! peers (peers.rs `Peers`) and the event thread (flih.rs `Flih`).
+//! Waiting is in wait.rs, the look for work in work_check.rs.
 
 pub(crate) mod address;
 pub(crate) mod config;
@@ -14,46 +19,27 @@ pub(crate) mod work_check;
 
 use crate::endpoint::address::Address;
 use crate::endpoint::config::{Config, WaitMode};
-use crate::endpoint::path::shm::WindowRx;
-use crate::endpoint::path::tcp::Inbound;
-use crate::endpoint::peers::Peer;
-use crate::endpoint::task_table::TaskTable;
-use crate::net::remote_read::{Exposures, ReadDone, ReadDst, Reads};
-use crate::net::tcp::{Conn, RxBudget};
+use crate::endpoint::flih::Flih;
+use crate::endpoint::path::shm::{ShmSide, WindowRx};
+use crate::endpoint::path::tcp::{Inbound, TcpSide};
+use crate::endpoint::peers::{Peer, Peers};
+use crate::net::remote_read::{ReadDone, ReadDst};
 use crate::shm::bell::{self, Rang, SharedFutex};
 use crate::shm::control::Control;
 use crate::shm::queue::QueueRef;
+use crate::sys;
 use crate::sys::buf_pool::BufPool;
 use crate::sys::counters::{bump, Counters, GuardedCount};
 use crate::sys::error::{Error, Result};
 use crate::sys::limits::MAX_WINDOWS;
 use crate::sys::sync::lock;
 use crate::sys::try_lock::TryLock;
-use crate::sys;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
-use nix::sys::eventfd::{EfdFlags, EventFd};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{SocketAddrV4, TcpListener};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-/// Tokens of the FLIH's epoll set: 0 shutdown, 1 listener, 2 the connection
-/// set, PID_BIT|task for pidfds.  In the connection set a token names a
-/// connection (3 and up).
-pub(crate) const TOKEN_SHUTDOWN: u64 = 0;
-pub(crate) const TOKEN_LISTENER: u64 = 1;
-pub(crate) const TOKEN_CONNS: u64 = 2;
-/// Wakes the FLIH to start checking unwatched pids (see `watch_pid`).
-/// (Connection tokens, 3 and up, live in the connection set, not here.)
-pub(crate) const TOKEN_PID_POLL: u64 = 3;
-/// How often the FLIH checks the peers it could not watch with a pidfd.
-pub(crate) const PID_POLL_NS: u64 = 100_000_000;
-/// The connection set sits in the FLIH's set one-shot: it wakes the FLIH
-/// once, then only after a sleeper or a new connection re-arms it (see
-/// `arm_flih_for_conns`).
-pub(crate) const CONNS_IN_FLIH: EpollFlags = EpollFlags::EPOLLIN.union(EpollFlags::EPOLLONESHOT);
-pub(crate) const PID_BIT: u64 = 1 << 62;
 /// Why a progress or wait call returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Woke {
@@ -71,92 +57,78 @@ pub enum Woke {
     /// to this window was delivered): reported once, like a loss.
     PeerClosed(u32),
 }
-/// What a look for work reads comes first (repr(C); see Inner).
+
+/// One window's state, from every part: the shared-memory side's queue and
+/// fast boxes, the TCP side's inbox and ended reads, the peers' events.
+/// What a look for work reads comes first, on one line (repr(C)).
 #[derive(Default)]
 #[repr(C)]
 pub(crate) struct WindowLocal {
     /// The window's queue, for reading its header without `rx`
     /// (work_check.rs; None only if the control segment cannot hold it).
-    pub(crate) queue_view: Option<QueueRef>,
-    pub(crate) inbox_ready: AtomicBool,
-    pub(crate) peer_events_ready: AtomicBool,
-    pub(crate) rx: TryLock<WindowRx>,
+    queue_view: Option<QueueRef>,
+    inbox_ready: AtomicBool,
+    peer_events_ready: AtomicBool,
+    rx: TryLock<WindowRx>,
     /// The window's fast boxes (window 0 only; fbox.rs), and what a look
     /// for work reads of them.
-    pub(crate) box_watch: crate::shm::fbox::BoxWatch,
-    pub(crate) box_views: Vec<QueueRef>,
-    pub(crate) inbox: Mutex<VecDeque<Inbound>>,
+    box_watch: crate::shm::fbox::BoxWatch,
+    box_views: Vec<QueueRef>,
+    inbox: Mutex<VecDeque<Inbound>>,
     /// Peers that ended, as Woke::PeerLost or Woke::PeerClosed.
-    pub(crate) peer_events: Mutex<VecDeque<Woke>>,
+    peer_events: Mutex<VecDeque<Woke>>,
     /// Written under `rx` only (counters.rs).
-    pub(crate) shm_received: GuardedCount,
+    shm_received: GuardedCount,
     /// Remote reads that ended, for `reads_done` (remote_read.rs).
-    pub(crate) reads_done: Mutex<Vec<ReadDone>>,
+    reads_done: Mutex<Vec<ReadDone>>,
 }
 
-/// The fields that every progress pass and every send read come first,
-/// in declaration order (repr(C)), on the struct's first lines: after a
-/// context switch each line they are spread over is one more miss (as
-/// for Peer, peers.rs).
+/// The endpoint's state: its parts (the shared-memory side, the peers, the
+/// TCP side, the FLIH), each owning its fields, and what they share.  The
+/// fields that every progress pass and every send read come first, in
+/// declaration order (repr(C)), on as few lines as the parts allow: after
+/// a context switch each line they are spread over is one more miss (as
+/// for Peer, peers.rs).  Line 0: the windows, our control segment and the
+/// backlog count; line 1: the peers' table; line 3: the window count, the
+/// FLIH's health and the connection count (checked below).  The fields
+/// are private to the endpoint and its submodules.
 #[repr(C, align(64))]
 pub(crate) struct Inner {
-    pub(crate) windows: Vec<WindowLocal>,
-    pub(crate) control: Control,
-    /// Messages queued in peers' backlogs (a fast "anything to push?";
-    /// counted in messages, since a zero-length message has no bytes).
-    pub(crate) backlog_msgs: AtomicU64,
-    /// conns.len(), readable without the lock.
-    pub(crate) conn_count: AtomicUsize,
-    pub(crate) peers: TaskTable<Peer>,
+    windows: Vec<WindowLocal>,
+    /// Our control segment: our windows' bells, queues and fast boxes.
+    control: Control,
+    shm: ShmSide,
+    peers: Peers,
     /// Windows this endpoint opened: check_window's copy of the control
     /// header's count.  The header sits in shared memory any process of
     /// the user may write, and with more ranks than cores its line was a
     /// cache miss on most progress calls (77% of doorbell_work_pending).
     windows_opened: AtomicU32,
     /// The FLIH thread failed (flih.rs): progress and wait report it.
-    pub(crate) flih_failed: AtomicBool,
-    pub(crate) cfg: Config,
-    pub(crate) job_hash: u64,
-    pub(crate) me: Address,
-    pub(crate) conns: Mutex<HashMap<u64, Arc<Conn>>>,
-    /// TCP frame bodies and send queues (buf_pool.rs).
-    pub(crate) buf_pool: Arc<BufPool>,
-    /// What large TCP bodies being received may claim together (tcp.rs).
-    pub(crate) rx_budget: RxBudget,
-    /// Memory peers may read, and reads we asked peers for (remote_read.rs).
-    pub(crate) exposures: Exposures,
-    pub(crate) reads: Reads,
-    /// Connections that stopped reading for want of budget.
-    pub(crate) throttled: Mutex<Vec<Arc<Conn>>>,
-    pub(crate) next_token: AtomicU64,
-    /// The FLIH's epoll set: shutdown, listener, pidfds, and `conn_epoll`.
-    pub(crate) epoll: Epoll,
-    /// Every TCP connection, edge-triggered.  Receivers poll it in their
-    /// progress passes; it fires the FLIH only while some thread sleeps (a
-    /// spinning rank must not have the FLIH thread woken for every packet:
-    /// on 2 cores that doubled TCP latency).
-    /// Shared with each connection, which changes its own interest (tcp.rs).
-    pub(crate) conn_epoll: Arc<Epoll>,
-    pub(crate) shutdown: EventFd,
-    /// Same-host peers whose exit no pidfd announces (pidfd_open failed:
-    /// kernel before 5.3, valgrind, no fd left): (task, pid), checked by
-    /// the FLIH every PID_POLL_NS (100 ms); `pid_poll_kick` wakes it to start.
-    pub(crate) pid_polls: Mutex<Vec<(u32, u32)>>,
-    pub(crate) pid_polls_pending: AtomicUsize,
-    pub(crate) pid_poll_kick: EventFd,
-    pub(crate) listener: TcpListener,
-    /// The system's congestion control, given back to accepted connections
-    /// from other hosts (the listener hands out reno: congestion.rs); None
-    /// if the listener could not be set.
-    pub(crate) accepted_default_congestion: Option<std::ffi::OsString>,
-    pub(crate) counters: Counters,
-    /// Bytes in those messages not yet in a queue (to see a stream move).
-    pub(crate) backlog_bytes: AtomicU64,
-    pub(crate) parker: SharedFutex,
+    flih_failed: AtomicBool,
+    tcp: TcpSide,
+    flih: Flih,
+    cfg: Config,
+    job_hash: u64,
+    me: Address,
+    /// TCP frame bodies and send queues, the shm backlog (buf_pool.rs).
+    buf_pool: Arc<BufPool>,
+    counters: Counters,
+    parker: SharedFutex,
 }
 
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(offset_of!(Inner, shm) + size_of::<ShmSide>() <= 64, "line 0");
+    assert!(offset_of!(Inner, peers) == 64, "line 1 is the peers' table (Peers)");
+    let line = offset_of!(Inner, windows_opened) / 64;
+    assert!(offset_of!(Inner, flih_failed) / 64 == line);
+    // TcpSide begins with its connection count.
+    assert!((offset_of!(Inner, tcp) + size_of::<AtomicUsize>() - 1) / 64 == line);
+};
+
 pub struct Endpoint {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
     flih: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -190,16 +162,9 @@ impl Endpoint {
         let port = listener.local_addr().map_err(|_| Error::Network)?.port();
         crate::shm::segment::reap_dead_tasks(&cfg.shm_dir);
         let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers, cfg.ring_bytes)?;
-        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?;
-        let eventfd = || EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(|_| Error::Internal);
-        let readable = |token| EpollEvent::new(EpollFlags::EPOLLIN, token);
-        let shutdown = eventfd()?;
-        epoll.add(&shutdown, readable(TOKEN_SHUTDOWN)).map_err(|_| Error::Internal)?;
-        epoll.add(&listener, readable(TOKEN_LISTENER)).map_err(|_| Error::Internal)?;
-        let pid_poll_kick = eventfd()?;
-        epoll.add(&pid_poll_kick, readable(TOKEN_PID_POLL)).map_err(|_| Error::Internal)?;
-        let conn_epoll = Arc::new(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?);
-        epoll.add(&conn_epoll.0, EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS)).map_err(|_| Error::Internal)?;
+        let peers = Peers::new()?;
+        let tcp = TcpSide::new(cfg.max_backlog)?;
+        let flih = Flih::new(listener, accepted_default_congestion, &peers, &tcp)?;
         let me = Address {
             task: cfg.task,
             pid: std::process::id(),
@@ -208,7 +173,6 @@ impl Endpoint {
             tcp: SocketAddrV4::new(ip, port),
             secret: crate::net::handshake::random().map_err(|_| Error::Internal)?,
         };
-        let rx_budget = RxBudget::new(cfg.max_backlog);
         let box_views = (0..crate::shm::fbox::BOXES).map(|i| control.fast_box(i)).collect::<Result<Vec<_>>>()?;
         let windows = (0..MAX_WINDOWS)
             .map(|w| WindowLocal {
@@ -218,34 +182,20 @@ impl Endpoint {
             })
             .collect();
         let inner = Arc::new(Inner {
+            windows,
+            control,
+            shm: ShmSide::default(),
+            peers,
+            windows_opened: AtomicU32::new(1),
+            flih_failed: AtomicBool::new(false),
+            tcp,
+            flih,
             job_hash: cfg.job_hash(),
             cfg,
             me,
-            control,
-            windows,
-            peers: TaskTable::default(),
-            conns: Mutex::new(HashMap::new()),
             buf_pool: Arc::new(BufPool::default()),
-            rx_budget,
-            exposures: Exposures::default(),
-            reads: Reads::default(),
-            throttled: Mutex::new(Vec::new()),
-            conn_count: AtomicUsize::new(0),
-            windows_opened: AtomicU32::new(1),
-            next_token: AtomicU64::new(3),
-            epoll,
-            conn_epoll,
-            shutdown,
-            pid_polls: Mutex::new(Vec::new()),
-            pid_polls_pending: AtomicUsize::new(0),
-            pid_poll_kick,
-            listener,
-            accepted_default_congestion,
             counters: Counters::default(),
-            backlog_msgs: AtomicU64::new(0),
-            backlog_bytes: AtomicU64::new(0),
             parker: SharedFutex,
-            flih_failed: AtomicBool::new(false),
         });
         if let Some(mut rx) = inner.windows[0].rx.try_lock() {
             inner.take_up_queue(0, &mut rx)?;
@@ -384,7 +334,7 @@ impl Endpoint {
     /// until `unexpose(key)`.  Returns the key its reads name.
     pub fn expose(&self, task: u32, base: u64, len: u64) -> Result<u64> {
         self.inner.peer(task)?;
-        self.inner.exposures.expose(task, base, len).ok_or(Error::BadLength)
+        self.inner.tcp.expose(task, base, len).ok_or(Error::BadLength)
     }
 
     pub fn unexpose(&self, key: u64) -> Result<()> {
@@ -401,7 +351,7 @@ impl Endpoint {
     /// Whether data of some read arrived since the last call (the reader
     /// is busy, even if no read ended).
     pub fn reads_moved(&self) -> bool {
-        self.inner.reads.take_moved()
+        self.inner.tcp.reads_moved()
     }
 
     /// Move up to `out.len()` ended reads of `window` into `out`.
@@ -420,7 +370,7 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         let _ = self.inner.flush(Some(Duration::from_secs(2)));
         self.inner.say_goodbye();
-        let _ = self.inner.shutdown.write(1);
+        self.inner.flih.stop();
         if let Some(h) = self.flih.take() {
             let _ = h.join();
         }
@@ -546,7 +496,7 @@ impl Inner {
     }
 
     pub(crate) fn new_token(&self) -> u64 {
-        self.next_token.fetch_add(1, Ordering::Relaxed)
+        self.flih.new_token()
     }
 
     /// One non-sleeping pass over a window: backlogs, the queue, TCP inbox,
@@ -565,7 +515,7 @@ impl Inner {
         // Only TCP holds frames: without connections, spare the
         // thread-local bookkeeping (a connection made meanwhile just sends
         // at once).
-        let _batch = (self.conn_count.load(Ordering::Relaxed) != 0).then(crate::net::batch::begin);
+        let _batch = self.tcp.has_conns().then(crate::net::batch::begin);
         crate::shm::queue::note_receive_pass();
         self.push_all_backlogs();
         let mut d = Delivered::default();
@@ -591,9 +541,9 @@ impl Inner {
         let start = sys::now_ns();
         loop {
             self.push_all_backlogs();
-            let conns: Vec<_> = lock(&self.conns).values().cloned().collect();
+            let conns = self.tcp.conns();
             let tcp_left = conns.iter().any(|c| !c.dead.load(Ordering::Relaxed) && c.flush().map_or(false, |empty| !empty));
-            if self.backlog_msgs.load(Ordering::Relaxed) == 0 && !tcp_left {
+            if !self.shm.backlogged() && !tcp_left {
                 return Ok(());
             }
             if timeout.is_some_and(|t| sys::now_ns() - start >= t.as_nanos() as u64) {

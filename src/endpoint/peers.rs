@@ -4,7 +4,8 @@
 
 use crate::endpoint::address::Address;
 use crate::endpoint::path::shm::PeerTx;
-use crate::endpoint::{Inner, Woke, PID_BIT};
+use crate::endpoint::task_table::TaskTable;
+use crate::endpoint::{Inner, Woke};
 use crate::net::tcp::Conn;
 use crate::shm::control::Control;
 use crate::shm::fbox::BoxTx;
@@ -14,9 +15,9 @@ use crate::sys::error::{Error, Result};
 use crate::sys::limits::MAX_WINDOWS;
 use crate::sys::sync::lock;
 use crate::sys;
-use nix::sys::epoll::{EpollEvent, EpollFlags};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The fields a send reads come first, in declaration order (repr(C)):
@@ -63,11 +64,58 @@ pub(crate) struct Peer {
     pub(crate) notifies_skipped: GuardedCount,
 }
 
+/// The peers: every task this one talks to, by task id, and the watch
+/// on those whose exit no pidfd announces.  The table comes first, on a
+/// line of its own: every send reads it (see Inner).
+#[repr(C, align(64))]
+pub(crate) struct Peers {
+    table: TaskTable<Peer>,
+    /// Same-host peers whose exit no pidfd announces (pidfd_open failed:
+    /// kernel before 5.3, valgrind, no fd left): (task, pid), checked by
+    /// the FLIH every 100 ms; `pid_poll_kick` wakes it to start.
+    pid_polls: Mutex<Vec<(u32, u32)>>,
+    /// pid_polls.len(), readable by the FLIH without the lock.
+    pid_polls_pending: AtomicUsize,
+    pid_poll_kick: EventFd,
+}
+
+impl Peers {
+    pub(crate) fn new() -> Result<Peers> {
+        let kick = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(|_| Error::Internal)?;
+        Ok(Peers {
+            table: TaskTable::default(),
+            pid_polls: Mutex::new(Vec::new()),
+            pid_polls_pending: AtomicUsize::new(0),
+            pid_poll_kick: kick,
+        })
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, task: u32) -> Option<&Arc<Peer>> {
+        self.table.get(task)
+    }
+
+    /// The peers now known, for passes that may take other locks.
+    pub(crate) fn snapshot(&self) -> Vec<Arc<Peer>> {
+        self.table.snapshot()
+    }
+
+    /// Are there peers the FLIH must check by pid?
+    pub(crate) fn polling(&self) -> bool {
+        self.pid_polls_pending.load(Ordering::Acquire) > 0
+    }
+
+    /// What wakes the FLIH to start checking pids (in its epoll set).
+    pub(crate) fn pid_poll_kick(&self) -> &EventFd {
+        &self.pid_poll_kick
+    }
+}
+
 impl Inner {
     /// The peer record for `task`, made if it first shows up as a sender.
     /// `task` < MAX_TASKS (addresses, hellos and ring bitmaps guarantee it).
     pub(crate) fn peer_or_insert(&self, task: u32, local: bool, addr: Option<Address>) -> &Arc<Peer> {
-        self.peers.get_or_insert_with(task, || Peer {
+        self.peers.table.get_or_insert_with(task, || Peer {
             task,
             addr: addr.map(OnceLock::from).unwrap_or_default(),
             local,
@@ -131,17 +179,17 @@ impl Inner {
             // No pidfd for a live process (kernel before 5.3, valgrind,
             // EMFILE): that is no loss.  The FLIH checks the pid instead.
             Err(_) => {
-                let mut polls = lock(&self.pid_polls);
+                let mut polls = lock(&self.peers.pid_polls);
                 polls.push((p.task, pid));
-                self.pid_polls_pending.store(polls.len(), Ordering::Release);
+                self.peers.pid_polls_pending.store(polls.len(), Ordering::Release);
                 drop(polls);
-                let _ = self.pid_poll_kick.write(1);
+                let _ = self.peers.pid_poll_kick.write(1);
             }
         }
     }
 
     pub(crate) fn watch_pidfd(&self, task: u32, fd: OwnedFd) {
-        let _ = self.epoll.add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, PID_BIT | task as u64));
+        self.flih.watch_pidfd(task, &fd);
         if let Ok(p) = self.peer(task) {
             *lock(&p.pidfd) = Some(fd);
         }
@@ -151,9 +199,9 @@ impl Inner {
     /// had takes over; a process that is gone (or a zombie) has exited.
     pub(crate) fn poll_pids(&self) {
         // Reset the kick's count (EAGAIN when it is 0 already).
-        let _ = self.pid_poll_kick.read();
+        let _ = self.peers.pid_poll_kick.read();
         let mut exited = Vec::new();
-        let mut polls = lock(&self.pid_polls);
+        let mut polls = lock(&self.peers.pid_polls);
         polls.retain(|&(task, pid)| {
             if !sys::process_alive(pid) {
                 exited.push(task);
@@ -169,7 +217,7 @@ impl Inner {
         });
         // The count is only ever stored under the list's lock: it is the
         // list's length, readable by the FLIH without the lock.
-        self.pid_polls_pending.store(polls.len(), Ordering::Release);
+        self.peers.pid_polls_pending.store(polls.len(), Ordering::Release);
         drop(polls);
         for task in exited {
             self.peer_exited(task);
@@ -207,7 +255,7 @@ impl Inner {
     pub(crate) fn peer_exited(&self, task: u32) {
         let Ok(p) = self.peer(task) else { return };
         if let Some(fd) = lock(&p.pidfd).take() {
-            let _ = self.epoll.delete(&fd);
+            self.flih.unwatch(&fd);
         }
         if p.ended.swap(true, Ordering::AcqRel) {
             return;
@@ -224,7 +272,7 @@ impl Inner {
             Woke::PeerLost(task)
         };
         // Reads from it that no data frame is filling will never be answered.
-        for (w, done) in self.reads.fail_unclaimed(task) {
+        for (w, done) in self.tcp.fail_reads_from(task) {
             self.report_read(w, done);
         }
         let open = self.control.windows_open();

@@ -8,7 +8,7 @@ use crate::shm::bell;
 use crate::sys::counters::bump;
 use crate::sys::error::Result;
 use crate::sys;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 /// A sender streaming a large message waits this long for a consumer that
@@ -141,9 +141,9 @@ impl Inner {
     /// cross-CPU wake-ups, one per queue-full.
     pub(crate) fn stream_backlog(&self, deadline: Option<u64>) {
         let mut stall = Stall::new(deadline);
-        while self.backlog_msgs.load(Ordering::Relaxed) > 0 {
+        while self.shm.backlogged() {
             self.push_all_backlogs();
-            if self.inbound_pending() || stall.stalled_at(self.backlog_bytes.load(Ordering::Relaxed)) {
+            if self.inbound_pending() || stall.stalled_at(self.shm.backlog_bytes()) {
                 return;
             }
             std::hint::spin_loop();
@@ -187,7 +187,7 @@ impl Inner {
             // Frames this thread holds may be what brings the wake-up.
             crate::net::batch::flush_held();
             let token = bell::arm(word);
-            if self.conn_count.load(Ordering::Relaxed) > 0 {
+            if self.tcp.has_conns() {
                 self.arm_flih_for_conns();
             }
             // Local senders may ring lightly (bell.rs); a refused barrier

@@ -35,10 +35,10 @@ impl Inner {
     /// poll just those, `Endpoint::progress_local`); or anything else as well.
     pub(crate) fn work_kind(&self, window: u32) -> Work {
         crate::shm::queue::note_receive_pass();
-        let other = self.backlog_msgs.load(Ordering::Relaxed) != 0
+        let other = self.shm.backlogged()
             // TCP connections are polled (epoll_wait) by every pass: a
             // packet there raises no flag until the FLIH is armed.
-            || self.conn_count.load(Ordering::Relaxed) != 0
+            || self.tcp.has_conns()
             || self.window_flagged(window);
         if other {
             Work::Any

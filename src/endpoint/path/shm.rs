@@ -15,7 +15,7 @@ use crate::sys::error::{Error, Result};
 use crate::sys::limits::{MAX_TASKS, MAX_WINDOWS};
 use crate::sys::sync::lock;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Messages delivered from a window's queue per progress call, so that a
 /// busy queue leaves room for TCP, backlogs and peer events.
@@ -81,6 +81,32 @@ impl WindowRx {
 
     pub(crate) fn any_waiting(&self) -> bool {
         self.queue.as_ref().is_some_and(QueueConsumer::any_waiting)
+    }
+}
+
+/// The shared-memory side's own state, beyond each window's (WindowLocal)
+/// and each peer's (Peer::tx): what the peers' backlogs hold, counted so
+/// a pass asks "anything to push?" with one load.
+#[derive(Default)]
+#[repr(C)]
+pub(crate) struct ShmSide {
+    /// Messages queued in peers' backlogs (counted in messages, since a
+    /// zero-length message has no bytes).
+    backlog_msgs: AtomicU64,
+    /// Bytes in those messages not yet in a queue (to see a stream move).
+    backlog_bytes: AtomicU64,
+}
+
+impl ShmSide {
+    /// Is anything of ours waiting in a backlog?
+    #[inline]
+    pub(crate) fn backlogged(&self) -> bool {
+        self.backlog_msgs.load(Ordering::Relaxed) != 0
+    }
+
+    /// Bytes still to go into queues (a stream moves while this shrinks).
+    pub(crate) fn backlog_bytes(&self) -> u64 {
+        self.backlog_bytes.load(Ordering::Relaxed)
     }
 }
 
@@ -164,7 +190,7 @@ impl Inner {
     /// the message could overtake.
     #[inline(always)]
     fn direct_writer<'p>(&self, p: &'p Peer, window: u32) -> Option<&'p QueueWriter> {
-        if self.backlog_msgs.load(Ordering::Relaxed) != 0 {
+        if self.shm.backlogged() {
             return None;
         }
         p.writers.get(window as usize)?.get().map(|w| &**w)
@@ -217,8 +243,8 @@ impl Inner {
             }
             tx.backlog.push_back(Backlog::new(window, tag, &g, 0, &self.buf_pool));
             tx.backlog_bytes += g.len();
-            self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
-            self.backlog_bytes.fetch_add(g.len(), Ordering::Relaxed);
+            self.shm.backlog_msgs.fetch_add(1, Ordering::Relaxed);
+            self.shm.backlog_bytes.fetch_add(g.len(), Ordering::Relaxed);
             self.push_locked(ctl, &mut tx);
             p.shm_sent.add(1);
             return Ok(());
@@ -249,8 +275,8 @@ impl Inner {
             let n = b.left();
             tx.backlog.push_back(b);
             tx.backlog_bytes += n;
-            self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
-            self.backlog_bytes.fetch_add(n, Ordering::Relaxed);
+            self.shm.backlog_msgs.fetch_add(1, Ordering::Relaxed);
+            self.shm.backlog_bytes.fetch_add(n, Ordering::Relaxed);
             if tx.queues[window as usize].as_mut().expect("made above").set_waiting() {
                 self.push_locked(ctl, &mut tx);
             }
@@ -281,12 +307,12 @@ impl Inner {
             rang[w] |= wrote > 0 || done;
             b.base = off;
             tx.backlog_bytes -= wrote;
-            self.backlog_bytes.fetch_sub(wrote, Ordering::Relaxed);
+            self.shm.backlog_bytes.fetch_sub(wrote, Ordering::Relaxed);
             if done {
                 if let Some(b) = tx.backlog.pop_front() {
                     self.buf_pool.give(b.data);
                 }
-                self.backlog_msgs.fetch_sub(1, Ordering::Relaxed);
+                self.shm.backlog_msgs.fetch_sub(1, Ordering::Relaxed);
             } else if prod.set_waiting() {
                 continue;
             } else {
@@ -350,7 +376,7 @@ impl Inner {
     }
 
     pub(crate) fn push_all_backlogs(&self) {
-        if self.backlog_msgs.load(Ordering::Relaxed) == 0 {
+        if !self.shm.backlogged() {
             return;
         }
         let peers = self.peer_list();
@@ -385,7 +411,7 @@ impl Inner {
     /// what catches that space; one that takes it later rings an armed
     /// bell.
     pub(crate) fn backlog_unblocked(&self) -> bool {
-        if self.backlog_msgs.load(Ordering::Relaxed) == 0 {
+        if !self.shm.backlogged() {
             return false;
         }
         let peers = self.peer_list();

@@ -5,27 +5,98 @@
 
 use crate::endpoint::address::Address;
 use crate::endpoint::peers::Peer;
-use crate::endpoint::{Inner, WindowLocal, CONNS_IN_FLIH, TOKEN_CONNS};
+use crate::endpoint::{Inner, WindowLocal};
 use crate::net::frame::{self, FrameHeader, READ_REQUEST};
-use crate::net::remote_read::{ReadDone, ReadDst, ReadRequest};
-use crate::net::tcp::{Conn, RxEnd, RxEvent, CONN_EVENTS};
+use crate::net::remote_read::{Exposures, ReadDone, ReadDst, ReadRequest, Reads};
+use crate::net::tcp::{Conn, RxBudget, RxEnd, RxEvent, CONN_EVENTS};
 use crate::shm::bell;
+use crate::sys;
 use crate::sys::counters::bump;
 use crate::sys::error::{Error, Result};
 use crate::sys::limits::MAX_WINDOWS;
 use crate::sys::sync::lock;
-use crate::sys;
-use nix::sys::epoll::{EpollEvent, EpollFlags};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use std::collections::HashMap;
 use std::io;
 use std::net::TcpStream;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub(crate) struct Inbound {
     pub(crate) src: u32,
     pub(crate) tag: u8,
     pub(crate) data: Vec<u8>,
+}
+
+/// The TCP side of the endpoint: its connections, the budget their large
+/// bodies share, and the remote reads in both directions.  The
+/// connection count comes first: every progress pass reads it (see Inner).
+#[repr(C)]
+pub(crate) struct TcpSide {
+    /// conns.len(), readable without the lock.
+    conn_count: AtomicUsize,
+    conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    /// Every TCP connection, edge-triggered.  Receivers poll it in their
+    /// progress passes; it fires the FLIH only while some thread sleeps (a
+    /// spinning rank must not have the FLIH thread woken for every packet:
+    /// on 2 cores that doubled TCP latency).
+    /// Shared with each connection, which changes its own interest (tcp.rs).
+    conn_epoll: Arc<Epoll>,
+    /// What large TCP bodies being received may claim together (tcp.rs).
+    rx_budget: RxBudget,
+    /// Memory peers may read, and reads we asked peers for (remote_read.rs).
+    exposures: Exposures,
+    reads: Reads,
+    /// Connections that stopped reading for want of budget.
+    throttled: Mutex<Vec<Arc<Conn>>>,
+}
+
+const _: () = assert!(std::mem::offset_of!(TcpSide, conn_count) == 0, "Inner's layout check counts on it");
+
+impl TcpSide {
+    pub(crate) fn new(max_backlog: u64) -> Result<TcpSide> {
+        Ok(TcpSide {
+            conn_count: AtomicUsize::new(0),
+            conns: Mutex::new(HashMap::new()),
+            conn_epoll: Arc::new(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?),
+            rx_budget: RxBudget::new(max_backlog),
+            exposures: Exposures::default(),
+            reads: Reads::default(),
+            throttled: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Any connection?  Progress passes poll the set only then.
+    #[inline]
+    pub(crate) fn has_conns(&self) -> bool {
+        self.conn_count.load(Ordering::Relaxed) != 0
+    }
+
+    /// The connections now open, for passes that may take other locks.
+    pub(crate) fn conns(&self) -> Vec<Arc<Conn>> {
+        lock(&self.conns).values().cloned().collect()
+    }
+
+    /// The connection set (an epoll set of every connection).
+    pub(crate) fn conn_set(&self) -> &Arc<Epoll> {
+        &self.conn_epoll
+    }
+
+    /// Let `task` read [base, base + len) of our memory (remote_read.rs).
+    pub(crate) fn expose(&self, task: u32, base: u64, len: u64) -> Option<u64> {
+        self.exposures.expose(task, base, len)
+    }
+
+    /// Whether data of some read arrived since the last call.
+    pub(crate) fn reads_moved(&self) -> bool {
+        self.reads.take_moved()
+    }
+
+    /// `task` is gone: its reads that no data frame is filling fail.
+    pub(crate) fn fail_reads_from(&self, task: u32) -> Vec<(u32, ReadDone)> {
+        self.reads.fail_unclaimed(task)
+    }
 }
 
 impl Inner {
@@ -39,8 +110,8 @@ impl Inner {
         }
         let addr = *p.addr.get().ok_or(Error::UnknownTask)?;
         let stream = self.greet(&addr)?;
-        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(Conn::new(stream, token, p.task, self.buf_pool.clone(), self.conn_epoll.clone()).map_err(|_| Error::Network)?);
+        let token = self.new_token();
+        let conn = Arc::new(Conn::new(stream, token, p.task, self.buf_pool.clone(), self.tcp.conn_epoll.clone()).map_err(|_| Error::Network)?);
         self.add_conn(&conn)?;
         *slot = Some(conn.clone());
         Ok(conn)
@@ -73,10 +144,10 @@ impl Inner {
     /// to sleep while there was no connection left it unarmed, and this
     /// connection's first frame must still wake it.
     pub(crate) fn add_conn(&self, c: &Arc<Conn>) -> Result<()> {
-        let mut conns = lock(&self.conns);
-        self.conn_epoll.add(&c.stream, EpollEvent::new(CONN_EVENTS, c.token)).map_err(|_| Error::Network)?;
+        let mut conns = lock(&self.tcp.conns);
+        self.tcp.conn_epoll.add(&c.stream, EpollEvent::new(CONN_EVENTS, c.token)).map_err(|_| Error::Network)?;
         conns.insert(c.token, c.clone());
-        self.conn_count.store(conns.len(), Ordering::Relaxed);
+        self.tcp.conn_count.store(conns.len(), Ordering::Relaxed);
         drop(conns);
         self.arm_flih_for_conns();
         Ok(())
@@ -107,15 +178,15 @@ impl Inner {
     /// go out on EPOLLOUT.  A connection another thread is reading is left
     /// to that thread (it reads until the socket is empty).
     pub(crate) fn poll_conns(&self) {
-        if self.conn_count.load(Ordering::Relaxed) == 0 {
+        if !self.tcp.has_conns() {
             return;
         }
         let mut events = [EpollEvent::empty(); 32];
         loop {
-            let n = sys::epoll_wait(&self.conn_epoll, &mut events, 0).unwrap_or(0);
+            let n = sys::epoll_wait(&self.tcp.conn_epoll, &mut events, 0).unwrap_or(0);
             for ev in &events[..n] {
                 let (token, bits) = (ev.data(), ev.events());
-                let Some(conn) = lock(&self.conns).get(&token).cloned() else { continue };
+                let Some(conn) = lock(&self.tcp.conns).get(&token).cloned() else { continue };
                 let hup = EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP;
                 if bits.intersects(hup | EpollFlags::EPOLLIN) {
                     self.conn_readable(&conn, bits.intersects(hup));
@@ -136,7 +207,7 @@ impl Inner {
     /// before (still reported by the set) or after fires the FLIH, which
     /// rings the bell.
     pub(crate) fn arm_flih_for_conns(&self) {
-        let _ = self.epoll.modify(&self.conn_epoll.0, &mut EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS));
+        self.flih.rearm_conns(&self.tcp);
     }
 
     /// FLIH: a connection is ready while some thread sleeps.  Ring the armed
@@ -163,8 +234,8 @@ impl Inner {
         let mut released = false;
         let mut requests = vec![];
         let task = conn.task();
-        let claim = |id, len| self.reads.claim(task, id, len);
-        let mut end = conn.read_ready(hup, self.cfg.max_message, &self.rx_budget, &claim, &mut |ev| match ev {
+        let claim = |id, len| self.tcp.reads.claim(task, id, len);
+        let mut end = conn.read_ready(hup, self.cfg.max_message, &self.tcp.rx_budget, &claim, &mut |ev| match ev {
             RxEvent::Frame { window, tag, data } => {
                 let w = &self.windows[window as usize];
                 lock(&w.inbox).push_back(Inbound { src: conn.task(), tag, data });
@@ -175,7 +246,7 @@ impl Inner {
             RxEvent::Released => released = true,
             RxEvent::ReadRequest(r) => requests.push(r),
             RxEvent::ReadDone { id } => self.read_ended(id, Ok(())),
-            RxEvent::ReadMoved => self.reads.moved.store(true, Ordering::Release),
+            RxEvent::ReadMoved => self.tcp.reads.moved.store(true, Ordering::Release),
         });
         for r in requests {
             if !self.serve_read(conn, r) {
@@ -194,7 +265,7 @@ impl Inner {
         }
         match end {
             RxEnd::Drained => {}
-            RxEnd::Throttled => lock(&self.throttled).push(conn.clone()),
+            RxEnd::Throttled => lock(&self.tcp.throttled).push(conn.clone()),
             RxEnd::Closed | RxEnd::Garbage => {
                 if let Some(id) = conn.abandoned_read() {
                     self.read_ended(id, Err(Error::PeerLost));
@@ -213,7 +284,7 @@ impl Inner {
     /// memory (remote_read.rs).  False for a request outside what it was
     /// given (the connection then ends).
     fn serve_read(&self, conn: &Arc<Conn>, r: ReadRequest) -> bool {
-        let Some(region) = self.exposures.check(conn.task(), r.key, r.addr, r.len) else { return false };
+        let Some(region) = self.tcp.exposures.check(conn.task(), r.key, r.addr, r.len) else { return false };
         let Some(_held) = region.hold() else { return false };
         let hdr = FrameHeader { len: r.len, window: r.id, tag: 0, kind: frame::KIND_READ_DATA };
         // A failed send means a dead connection, which its reader reports.
@@ -224,7 +295,7 @@ impl Inner {
     /// Read `id` ended with `status`: report it to its window
     /// (`reads_done`) and wake that window.
     pub(crate) fn read_ended(&self, id: u32, status: Result<()>) {
-        if let Some((window, done)) = self.reads.finish(id, status) {
+        if let Some((window, done)) = self.tcp.reads.finish(id, status) {
             self.report_read(window, done);
         }
     }
@@ -246,13 +317,13 @@ impl Inner {
             return Err(Error::PeerLost);
         }
         let conn = self.tcp_conn(p)?;
-        let id = self.reads.start(task, window, dst, cookie);
+        let id = self.tcp.reads.start(task, window, dst, cookie);
         let req = ReadRequest { id, addr, len: dst.len() as u64, key };
         let hdr = FrameHeader { len: READ_REQUEST as u64, window: id, tag: 0, kind: frame::KIND_READ_REQUEST };
         // Never refused (no backlog limit): a request is 40 bytes, and goes
         // ahead of queued data (tcp.rs `send_urgent`).
         if let Err(e) = conn.send_urgent(hdr, &req.body()) {
-            self.reads.finish(id, Err(e));
+            self.tcp.reads.finish(id, Err(e));
             return Err(e);
         }
         bump(&self.counters.tcp_sent);
@@ -262,9 +333,8 @@ impl Inner {
     /// End an exposure; bytes of it still queued for a socket are copied
     /// out first (remote_read.rs).
     pub(crate) fn unexpose(&self, key: u64) -> Result<()> {
-        let found = self.exposures.unexpose(key, |region| {
-            let conns: Vec<_> = lock(&self.conns).values().cloned().collect();
-            for c in conns {
+        let found = self.tcp.exposures.unexpose(key, |region| {
+            for c in self.tcp.conns() {
                 c.unlend(region);
             }
         });
@@ -278,7 +348,7 @@ impl Inner {
     /// Budget was freed: let the connections that waited for it read on.
     /// Read to EOF: a hang-up that came while one waited has no edge left.
     pub(crate) fn resume_throttled(&self) {
-        let waiting = std::mem::take(&mut *lock(&self.throttled));
+        let waiting = std::mem::take(&mut *lock(&self.tcp.throttled));
         for c in waiting {
             if !c.dead.load(Ordering::Acquire) {
                 self.conn_readable(&c, true);
@@ -288,10 +358,10 @@ impl Inner {
 
     pub(crate) fn drop_conn(&self, conn: &Conn) {
         conn.dead.store(true, Ordering::Release);
-        let _ = self.conn_epoll.delete(&conn.stream);
-        let mut conns = lock(&self.conns);
+        let _ = self.tcp.conn_epoll.delete(&conn.stream);
+        let mut conns = lock(&self.tcp.conns);
         conns.remove(&conn.token);
-        self.conn_count.store(conns.len(), Ordering::Relaxed);
+        self.tcp.conn_count.store(conns.len(), Ordering::Relaxed);
         let _ = conn.stream.shutdown(std::net::Shutdown::Both);
     }
 
@@ -329,8 +399,7 @@ impl Inner {
     /// Orderly close, TCP part: a goodbye frame to every connection, so
     /// the peer takes our exit for a close, not a loss.
     pub(crate) fn goodbye_tcp(&self) {
-        let conns: Vec<_> = lock(&self.conns).values().cloned().collect();
-        for c in conns {
+        for c in self.tcp.conns() {
             let hdr = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_GOODBYE };
             if c.send(hdr, &[], u64::MAX).is_ok() {
                 for _ in 0..1000 {
