@@ -1,4 +1,4 @@
-//! Generates include/doorbell.h from src/ffi.rs, so the header never drifts
+//! Generates include/doorbell.h from src/abi/ffi.rs, so the header never drifts
 //! from the code (tests/header.rs checks the committed copy is current).
 
 fn main() {

@@ -105,7 +105,7 @@ count "$OUT/soak.log"
 # that falls in the component's mapping but in no function (seen once, past
 # its code, under Open MPI's MPI_Init), and every real function of the
 # preloaded component has a name.
-OURS='btl_doorbell_[a-z_]+[.][ch]:| in (mca_btl_)?doorbell_[a-z_]+ |doorbell::|/src/[a-z_]+[.]rs:'
+OURS='btl_doorbell_[a-z_]+[.][ch]:| in (mca_btl_)?doorbell_[a-z_]+ |doorbell::|/src/([a-z_]+/)*[a-z_]+[.]rs:'
 PROG='/mpi-tests/[a-z_0-9]+[.]c:'
 ours=0
 theirs=0

@@ -16,16 +16,17 @@
 //!   header lines and records are arbitrary, with a bulk segment (bulk.rs)
 //!   whose header and slots are arbitrary too.
 
-use crate::address::{Address, ADDRESS_BYTES};
-use crate::buf_pool::BufPool;
-use crate::config::{Config, MAX_TASKS};
-use crate::frame::{self, FrameHeader, FRAME_HEADER};
-use crate::handshake::{self, Nonce, Secret, Transcript, CHALLENGE_BYTES, HELLO_BYTES};
-use crate::pending::{Listener, PendingSet, Step};
-use crate::queue::{BulkId, QueueConsumer, QueueProducer, QueueRef, QUEUE_HEADER_BYTES};
-use crate::record::Gather;
-use crate::shm::{bulk_name, Owner, Segment};
-use crate::tcp::{Conn, RxBudget, RxEnd, RxEvent};
+use crate::endpoint::address::{Address, ADDRESS_BYTES};
+use crate::endpoint::config::Config;
+use crate::endpoint::pending::{Listener, PendingSet, Step};
+use crate::net::frame::{self, FrameHeader, FRAME_HEADER};
+use crate::net::handshake::{self, Nonce, Secret, Transcript, CHALLENGE_BYTES, HELLO_BYTES};
+use crate::net::tcp::{Conn, RxBudget, RxEnd, RxEvent};
+use crate::shm::queue::{BulkId, QueueConsumer, QueueProducer, QueueRef, QUEUE_HEADER_BYTES};
+use crate::shm::record::Gather;
+use crate::shm::segment::{bulk_name, Owner, Segment};
+use crate::sys::buf_pool::BufPool;
+use crate::sys::limits::MAX_TASKS;
 use nix::sys::epoll::{Epoll, EpollCreateFlags};
 use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -57,7 +58,7 @@ pub fn frame(data: &[u8]) {
 enum Seen {
     Frame(u32, u8, Vec<u8>),
     Goodbye,
-    ReadRequest(crate::remote_read::ReadRequest),
+    ReadRequest(crate::net::remote_read::ReadRequest),
 }
 
 /// The events and the end a straight reading of the whole stream gives.
@@ -81,7 +82,7 @@ fn rx_reference(mut s: &[u8], max_message: u64) -> (Vec<Seen>, RxEnd) {
         }
         let body = &s[..f.len as usize];
         if f.kind == frame::KIND_READ_REQUEST {
-            seen.push(Seen::ReadRequest(crate::remote_read::ReadRequest::decode(f.window, body).unwrap()));
+            seen.push(Seen::ReadRequest(crate::net::remote_read::ReadRequest::decode(f.window, body).unwrap()));
         } else {
             seen.push(Seen::Frame(f.window, f.tag, body.to_vec()));
         }
@@ -248,7 +249,7 @@ const QUEUE_INPUT: usize = QUEUE_HEAD + QUEUE_CAPACITY as usize;
 const QUEUE_FILE: usize = QUEUE_HEADER_BYTES + QUEUE_CAPACITY as usize;
 /// Its sender SRC's bulk generation 0: the header page and two 4 KiB slots.
 const BULK_SLOT: usize = 4096;
-const BULK_FILE: usize = crate::bulk::DATA_OFFSET + crate::bulk::SLOTS * BULK_SLOT;
+const BULK_FILE: usize = crate::shm::bulk::DATA_OFFSET + crate::shm::bulk::SLOTS * BULK_SLOT;
 const SRC: u32 = 1;
 const DST: u32 = 2;
 
@@ -330,12 +331,12 @@ pub fn queue_seed(messages: &[&[u8]]) -> Vec<u8> {
     out.extend_from_slice(&file[QUEUE_HEADER_BYTES..]);
     let bulk_path = format!("{dir}/{}", bulk_name(&job, SRC, DST, 0, 0));
     if let Ok(b) = std::fs::read(&bulk_path) {
-        let full_slot = (b.len() - crate::bulk::DATA_OFFSET) / crate::bulk::SLOTS;
-        let mut cut = b[..crate::bulk::DATA_OFFSET].to_vec();
+        let full_slot = (b.len() - crate::shm::bulk::DATA_OFFSET) / crate::shm::bulk::SLOTS;
+        let mut cut = b[..crate::shm::bulk::DATA_OFFSET].to_vec();
         // The header's slot_bytes (after magic u64 and version u32).
         cut[12..16].copy_from_slice(&(BULK_SLOT as u32).to_le_bytes());
-        for s in 0..crate::bulk::SLOTS {
-            let at = crate::bulk::DATA_OFFSET + s * full_slot;
+        for s in 0..crate::shm::bulk::SLOTS {
+            let at = crate::shm::bulk::DATA_OFFSET + s * full_slot;
             cut.extend_from_slice(&b[at..at + BULK_SLOT]);
         }
         out.extend_from_slice(&cut);

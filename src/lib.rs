@@ -1,93 +1,53 @@
 //! doorbell: a transport core for MPI whose waiting receivers sleep.
 //!
-//! Local messages travel through per-pair shared-memory rings (`ring`),
-//! remote ones over TCP (`tcp`, `frame`); both end in one receive path, and
-//! a receiver that found nothing sleeps on its window's bell (`bell`) until
-//! a sender (`local_notify`) or the epoll thread (`flih`) rings it.
-//! The C ABI is in `ffi`; `include/doorbell.h` is generated from it.
-
-//! Under `--cfg loom` only the bell protocol is built, for the model checker.
+//! Local messages travel through shared-memory queues, remote ones over
+//! TCP; both end in one receive path, and a receiver that found nothing
+//! sleeps on its window's bell until a sender or the event thread rings
+//! it.
+//!
+//! The crate is built in floors, each of which imports only from the
+//! floors below it (tests/layering.rs checks this):
+//!
+//! ```text
+//!   abi        the C ABI (include/doorbell.h is generated from it)
+//!   endpoint   the endpoint: peers, the event thread (FLIH), waiting, progress
+//!   shm | net  shared memory | the network: side by side, neither uses the other
+//!   sys        system calls, atomics shim, counters, buffer pool, errors, limits
+//! ```
+//!
+//! Under `--cfg loom` only the bell protocol and the atomics shim are
+//! built, for the model checker.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 #[cfg(not(loom))]
-mod address;
-#[cfg(not(loom))]
-mod batch;
-mod bell;
-#[cfg(not(loom))]
-mod bulk;
-#[cfg(not(loom))]
-mod buf_pool;
-#[cfg(not(loom))]
-mod config;
-#[cfg(not(loom))]
-mod congestion;
-#[cfg(not(loom))]
-mod control;
-#[cfg(not(loom))]
-mod counters;
+mod abi;
 #[cfg(not(loom))]
 mod endpoint;
 #[cfg(not(loom))]
-mod error;
-#[cfg(not(loom))]
-mod fbox;
-#[cfg(not(loom))]
-mod ffi;
-#[cfg(not(loom))]
-mod flih;
-#[cfg(not(loom))]
-mod frame;
+mod net;
+mod shm;
+mod sys;
+
 /// Decoders of untrusted bytes, for the fuzz targets in fuzz/ only.
 #[cfg(all(not(loom), any(test, feature = "fuzzing")))]
 #[doc(hidden)]
 pub mod fuzzing;
-#[cfg(not(loom))]
-mod handshake;
-#[cfg(not(loom))]
-mod path;
-#[cfg(not(loom))]
-mod peers;
-#[cfg(not(loom))]
-mod pending;
-#[cfg(not(loom))]
-mod queue;
-#[cfg(not(loom))]
-mod preload;
-#[cfg(not(loom))]
-mod record;
-#[cfg(not(loom))]
-mod remote_read;
-#[cfg(not(loom))]
-mod shm;
-mod sync;
-#[cfg(not(loom))]
-mod sys;
-#[cfg(not(loom))]
-mod task_table;
-#[cfg(not(loom))]
-mod tcp;
-#[cfg(not(loom))]
-mod try_lock;
-#[cfg(not(loom))]
-mod wait;
-#[cfg(not(loom))]
-mod work_check;
+
 // The public Rust API: an endpoint, its configuration, what a wait reports,
 // errors, and the two values it hands out (its address blob, its counters).
-// Everything else is crate-private; the C ABI (`ffi`) is exported by symbol.
+// Everything else is crate-private; the C ABI (`abi`) is exported by symbol.
 #[cfg(not(loom))]
-pub use address::Address;
+pub use endpoint::address::Address;
 #[cfg(not(loom))]
-pub use config::{Config, WaitMode};
+pub use endpoint::config::{Config, WaitMode};
 #[cfg(not(loom))]
-pub use counters::doorbell_counters;
+pub use endpoint::work_check::Work;
 #[cfg(not(loom))]
 pub use endpoint::{Endpoint, Woke};
 #[cfg(not(loom))]
-pub use work_check::Work;
+pub use net::remote_read::{ReadDone, ReadDst};
 #[cfg(not(loom))]
-pub use remote_read::{ReadDone, ReadDst};
+pub use sys::counters::doorbell_counters;
 #[cfg(not(loom))]
-pub use error::{Error, Result};
+pub use sys::error::{Error, Result};

@@ -1,4 +1,4 @@
-//! Fast boxes (src/fbox.rs): a sender's own ring at a receiver, beside the
+//! Fast boxes (src/shm/fbox.rs): a sender's own ring at a receiver, beside the
 //! receiver's shared queue.  Messages move between the two as the box
 //! fills and empties; per-sender order must hold across every move, a
 //! sleeping receiver must be woken by a box, more senders than boxes keep

@@ -1,4 +1,4 @@
-//! Issue 10, point 8: the reaper (which removes the files of dead tasks
+//! The reaper (which removes the files of dead tasks
 //! when an endpoint is created) matches file names exactly and only acts on
 //! our own files, so a file planted in the shm directory cannot make it
 //! delete a live job's segments.

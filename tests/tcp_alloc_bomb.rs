@@ -1,4 +1,4 @@
-//! Issue 10, point 6: a frame header's length reserves nothing.  After a
+//! A frame header's length reserves nothing.  After a
 //! valid hello, a 16-byte header claiming 1 GiB made the receiver allocate
 //! 1 GiB before any payload came; under `ulimit -v` it aborted.  Now bodies
 //! grow as bytes arrive, and large ones share a per-endpoint budget.

@@ -1,4 +1,4 @@
-//! Issue 10, point 7: accept failing with EMFILE does not spin the FLIH.
+//! Accept failing with EMFILE does not spin the FLIH.
 //! The listener stays readable while its backlog waits; watched as before,
 //! it woke the FLIH in a loop (97.5% CPU under `ulimit -n 1024`).
 //!

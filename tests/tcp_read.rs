@@ -7,7 +7,7 @@
 
 mod common;
 use common::*;
-use doorbell::{Endpoint, ReadDone, ReadDst, Woke};
+use doorbell::{Endpoint, Error, ReadDone, ReadDst, Woke};
 use std::time::{Duration, Instant};
 
 /// The owner's bytes: depend on the task and the offset.
@@ -26,7 +26,7 @@ fn run_until(e: &Endpoint, peer: u32, want: usize, got_msgs: &mut u64, deadline:
             *got_msgs += 1;
         });
         assert!(matches!(r, Ok(Woke::Message(_)) | Ok(Woke::Notify)), "{r:?}");
-        let mut out = [ReadDone { cookie: 0, status: 0 }; 8];
+        let mut out = [ReadDone { cookie: 0, status: Ok(()) }; 8];
         let n = e.reads_done(0, &mut out).unwrap();
         done.extend_from_slice(&out[..n]);
         assert!(Instant::now() < deadline, "{} of {want} reads ended", done.len());
@@ -83,7 +83,7 @@ fn reads_both_ways_at_once_arrive_whole() {
         let mut ended = run_until(e, peer, cuts.len() - 1, &mut got, deadline);
         ended.sort_by_key(|d| d.cookie);
         for (i, d) in ended.iter().enumerate() {
-            assert_eq!(*d, ReadDone { cookie: i as u64, status: 0 });
+            assert_eq!(*d, ReadDone { cookie: i as u64, status: Ok(()) });
         }
         assert!(dst == pattern(peer, LEN, 0), "task {me}: read data differs");
         // The peer may still be reading from us: serve it until it is done.
@@ -128,7 +128,7 @@ fn reads_outside_an_exposure_are_refused() {
         let d = unsafe { ReadDst::new(dst.as_mut_ptr(), dst.len()) };
         reader.read(0, 0, d, addr, k, 7).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
-        let mut out = [ReadDone { cookie: 0, status: 0 }; 1];
+        let mut out = [ReadDone { cookie: 0, status: Ok(()) }; 1];
         loop {
             let _ = owner.progress(0, &mut |_, _, _| {});
             let _ = reader.progress(0, &mut |_, _, _| {});
@@ -139,7 +139,7 @@ fn reads_outside_an_exposure_are_refused() {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(out[0].cookie, 7);
-        assert_eq!(out[0].status, -8, "{what}: DOORBELL_ERR_PEER_LOST");
+        assert_eq!(out[0].status, Err(Error::PeerLost), "{what}");
         assert!(dst.iter().all(|b| *b == 0), "{what}: bytes reached the reader");
         owner.unexpose(key).unwrap();
         owner.unexpose(other).unwrap();
@@ -185,7 +185,7 @@ fn unexposing_copies_out_what_is_still_queued() {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         done
     });
-    assert_eq!(done[0], ReadDone { cookie: 1, status: 0 });
+    assert_eq!(done[0], ReadDone { cookie: 1, status: Ok(()) });
     assert!(dst == pattern(0, LEN, 1), "the reader got bytes written after unexpose");
     drop(buf);
 }

@@ -1,4 +1,4 @@
-//! Issue 10, points 5 and 7: who may connect, and how many may wait.
+//! Who may connect, and how many may wait.
 //!
 //! A stranger on the node knows the job key (it is in /dev/shm names) and
 //! the listening port, so it could compute the old hello.  Now a hello

@@ -1,4 +1,4 @@
-//! Issue 10, point 1: a TCP wake-up is not lost after the last connection
+//! A TCP wake-up is not lost after the last connection
 //! closed.  The FLIH watches the connection set one-shot; a receiver that
 //! went to sleep with no connection left it unarmed, so the first frame of
 //! the next connection woke it only at its timeout (4.4 s of a 5 s wait).

@@ -1,4 +1,4 @@
-//! Two-way streams (issue 9): two tasks each post a window of sends to the
+//! Two-way streams: two tasks each post a window of sends to the
 //! other that is larger than the ring (or than the sockets' buffers), then
 //! wait for the window the other posted, round after round -- what an MPI
 //! program's Isend/Irecv/Waitall window does.

@@ -1,0 +1,95 @@
+//! The address blob a task publishes (the modex payload) and its parsing.
+//!
+//! 56 bytes, little-endian:
+//! `magic u32 | version u16 | flags u16 | task u32 | pid u32 | node_id u64 |
+//!  job_hash u64 | ipv4 [4] | port u16 | pad u16 | secret [16]`
+//!
+//! The secret keys the TCP handshake (handshake.rs): hand a blob only to
+//! the job's tasks.
+
+use crate::net::handshake::Secret;
+use crate::sys::error::{Error, Result};
+use crate::sys::limits::MAX_TASKS;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+pub const ADDRESS_BYTES: usize = 56;
+pub const ADDRESS_MAX: usize = 64;
+const MAGIC: u32 = u32::from_le_bytes(*b"DBAD");
+/// 2 added the secret.
+const VERSION: u16 = 2;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Address {
+    pub task: u32,
+    pub pid: u32,
+    pub node_id: u64,
+    pub job_hash: u64,
+    pub tcp: SocketAddrV4,
+    pub secret: Secret,
+}
+
+impl Address {
+    pub fn encode(&self) -> [u8; ADDRESS_BYTES] {
+        let mut b = [0u8; ADDRESS_BYTES];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&self.task.to_le_bytes());
+        b[12..16].copy_from_slice(&self.pid.to_le_bytes());
+        b[16..24].copy_from_slice(&self.node_id.to_le_bytes());
+        b[24..32].copy_from_slice(&self.job_hash.to_le_bytes());
+        b[32..36].copy_from_slice(&self.tcp.ip().octets());
+        b[36..38].copy_from_slice(&self.tcp.port().to_le_bytes());
+        b[40..56].copy_from_slice(&self.secret);
+        b
+    }
+
+    /// Parse a blob; anything malformed is BadAddress.
+    pub fn decode(b: &[u8]) -> Result<Address> {
+        if b.len() != ADDRESS_BYTES {
+            return Err(Error::BadAddress);
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        let version = u16::from_le_bytes([b[4], b[5]]);
+        let port = u16::from_le_bytes([b[36], b[37]]);
+        let a = Address {
+            task: u32_at(8),
+            pid: u32_at(12),
+            node_id: u64_at(16),
+            job_hash: u64_at(24),
+            tcp: SocketAddrV4::new(Ipv4Addr::new(b[32], b[33], b[34], b[35]), port),
+            secret: b[40..56].try_into().unwrap(),
+        };
+        if u32_at(0) != MAGIC || version != VERSION || a.task >= MAX_TASKS || a.pid == 0 || port == 0 {
+            return Err(Error::BadAddress);
+        }
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_rejects() {
+        let a = Address {
+            task: 7,
+            pid: 1234,
+            node_id: 42,
+            job_hash: 99,
+            tcp: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 5000),
+            secret: [0x5a; 16],
+        };
+        let b = a.encode();
+        assert_eq!(Address::decode(&b), Ok(a));
+        assert_eq!(Address::decode(&b[..ADDRESS_BYTES - 1]), Err(Error::BadAddress));
+        let mut bad = b;
+        bad[0] ^= 1;
+        assert_eq!(Address::decode(&bad), Err(Error::BadAddress));
+        let mut bad = b;
+        bad[8..12].copy_from_slice(&MAX_TASKS.to_le_bytes());
+        assert_eq!(Address::decode(&bad), Err(Error::BadAddress));
+        assert_eq!(Address::decode(&[0u8; ADDRESS_BYTES]), Err(Error::BadAddress));
+    }
+}

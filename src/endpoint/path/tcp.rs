@@ -1,0 +1,414 @@
+//! The TCP path, endpoint side: opening a connection to a peer (with the
+//! handshake), the connection set that progress passes poll and the FLIH
+//! watches while someone sleeps, reading frames into a window's inbox,
+//! and closing connections.  The per-connection framing is in tcp.rs.
+
+use crate::endpoint::address::Address;
+use crate::endpoint::peers::Peer;
+use crate::endpoint::{Inner, WindowLocal};
+use crate::net::frame::{self, FrameHeader, READ_REQUEST};
+use crate::net::remote_read::{Exposures, ReadDone, ReadDst, ReadRequest, Reads};
+use crate::net::tcp::{Conn, RxBudget, RxEnd, RxEvent, CONN_EVENTS};
+use crate::shm::bell;
+use crate::sys;
+use crate::sys::counters::bump;
+use crate::sys::error::{Error, Result};
+use crate::sys::limits::MAX_WINDOWS;
+use crate::sys::sync::lock;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use std::collections::HashMap;
+use std::io;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub(crate) struct Inbound {
+    pub(crate) src: u32,
+    pub(crate) tag: u8,
+    pub(crate) data: Vec<u8>,
+}
+
+/// The TCP side of the endpoint: its connections, the budget their large
+/// bodies share, and the remote reads in both directions.  The
+/// connection count comes first: every progress pass reads it (see Inner).
+#[repr(C)]
+pub(crate) struct TcpSide {
+    /// conns.len(), readable without the lock.
+    conn_count: AtomicUsize,
+    conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    /// Every TCP connection, edge-triggered.  Receivers poll it in their
+    /// progress passes; it fires the FLIH only while some thread sleeps (a
+    /// spinning rank must not have the FLIH thread woken for every packet:
+    /// on 2 cores that doubled TCP latency).
+    /// Shared with each connection, which changes its own interest (tcp.rs).
+    conn_epoll: Arc<Epoll>,
+    /// What large TCP bodies being received may claim together (tcp.rs).
+    rx_budget: RxBudget,
+    /// Memory peers may read, and reads we asked peers for (remote_read.rs).
+    exposures: Exposures,
+    reads: Reads,
+    /// Connections that stopped reading for want of budget.
+    throttled: Mutex<Vec<Arc<Conn>>>,
+}
+
+const _: () = assert!(std::mem::offset_of!(TcpSide, conn_count) == 0, "Inner's layout check counts on it");
+
+impl TcpSide {
+    pub(crate) fn new(max_backlog: u64) -> Result<TcpSide> {
+        Ok(TcpSide {
+            conn_count: AtomicUsize::new(0),
+            conns: Mutex::new(HashMap::new()),
+            conn_epoll: Arc::new(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?),
+            rx_budget: RxBudget::new(max_backlog),
+            exposures: Exposures::default(),
+            reads: Reads::default(),
+            throttled: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Any connection?  Progress passes poll the set only then.
+    #[inline]
+    pub(crate) fn has_conns(&self) -> bool {
+        self.conn_count.load(Ordering::Relaxed) != 0
+    }
+
+    /// The connections now open, for passes that may take other locks.
+    pub(crate) fn conns(&self) -> Vec<Arc<Conn>> {
+        lock(&self.conns).values().cloned().collect()
+    }
+
+    /// The connection set (an epoll set of every connection).
+    pub(crate) fn conn_set(&self) -> &Arc<Epoll> {
+        &self.conn_epoll
+    }
+
+    /// Let `task` read [base, base + len) of our memory (remote_read.rs).
+    pub(crate) fn expose(&self, task: u32, base: u64, len: u64) -> Option<u64> {
+        self.exposures.expose(task, base, len)
+    }
+
+    /// Whether data of some read arrived since the last call.
+    pub(crate) fn reads_moved(&self) -> bool {
+        self.reads.take_moved()
+    }
+
+    /// `task` is gone: its reads that no data frame is filling fail.
+    pub(crate) fn fail_reads_from(&self, task: u32) -> Vec<(u32, ReadDone)> {
+        self.reads.fail_unclaimed(task)
+    }
+}
+
+impl Inner {
+    pub(crate) fn tcp_conn(&self, p: &Peer) -> Result<Arc<Conn>> {
+        let mut slot = lock(&p.conn);
+        if let Some(c) = slot.as_ref() {
+            if !c.dead.load(Ordering::Acquire) {
+                return Ok(c.clone());
+            }
+            return Err(Error::PeerLost);
+        }
+        let addr = *p.addr.get().ok_or(Error::UnknownTask)?;
+        let stream = self.greet(&addr)?;
+        let token = self.new_token();
+        let conn = Arc::new(Conn::new(stream, token, p.task, self.buf_pool.clone(), self.tcp.conn_epoll.clone()).map_err(|_| Error::Network)?);
+        self.add_conn(&conn)?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Connect to `addr` and pass the handshake as its owner expects
+    /// (handshake.rs).  A listener flooded with strangers may close our
+    /// connection before its hello is read (pending.rs): try again then,
+    /// but not after a timeout (the listener is stopped or gone) or a
+    /// wrong answer.
+    pub(crate) fn greet(&self, addr: &Address) -> Result<TcpStream> {
+        const ATTEMPTS: usize = 3;
+        for _ in 0..ATTEMPTS {
+            let me = std::net::IpAddr::V4(*self.me.tcp.ip());
+            let mut stream =
+                crate::net::congestion::connect(me, addr.tcp, Duration::from_secs(5)).map_err(|_| Error::Network)?;
+            match crate::net::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret) {
+                Ok(()) => return Ok(stream),
+                Err(e) if matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset) => continue,
+                Err(_) => return Err(Error::Network),
+            }
+        }
+        Err(Error::Network)
+    }
+
+    /// Track a connection and put it in the connection set (edge-triggered:
+    /// whoever reads empties the socket: to EWOULDBLOCK or a short read).
+    ///
+    /// Then re-arm the FLIH's one-shot watch of the set: a thread that went
+    /// to sleep while there was no connection left it unarmed, and this
+    /// connection's first frame must still wake it.
+    pub(crate) fn add_conn(&self, c: &Arc<Conn>) -> Result<()> {
+        let mut conns = lock(&self.tcp.conns);
+        self.tcp.conn_epoll.add(&c.stream, EpollEvent::new(CONN_EVENTS, c.token)).map_err(|_| Error::Network)?;
+        conns.insert(c.token, c.clone());
+        self.tcp.conn_count.store(conns.len(), Ordering::Relaxed);
+        drop(conns);
+        self.arm_flih_for_conns();
+        Ok(())
+    }
+
+    /// FLIH: a connection passed the handshake as `conn.task()`.  It is the
+    /// task's send connection too unless we opened one to it first, or are
+    /// opening one now: a thread in `tcp_conn` holds the slot while it
+    /// waits for the peer's epoll thread, and ours must not wait for it.
+    pub(crate) fn accept_conn(&self, conn: Arc<Conn>) {
+        let p = self.peer_or_insert(conn.task(), false, None);
+        let slot = match p.conn.try_lock() {
+            Ok(slot) => Some(slot),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if let Some(mut slot) = slot {
+            if slot.is_none() {
+                *slot = Some(conn.clone());
+            }
+        }
+        // On failure the connection is dropped (closed) right here.
+        let _ = self.add_conn(&conn);
+    }
+
+    /// Handle what the connection set reports now, without blocking:
+    /// frames go to their window's inbox (and ring its bell), queued sends
+    /// go out on EPOLLOUT.  A connection another thread is reading is left
+    /// to that thread (it reads until the socket is empty).
+    pub(crate) fn poll_conns(&self) {
+        if !self.tcp.has_conns() {
+            return;
+        }
+        let mut events = [EpollEvent::empty(); 32];
+        loop {
+            let n = sys::epoll_wait(&self.tcp.conn_epoll, &mut events, 0).unwrap_or(0);
+            for ev in &events[..n] {
+                let (token, bits) = (ev.data(), ev.events());
+                let Some(conn) = lock(&self.tcp.conns).get(&token).cloned() else { continue };
+                let hup = EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP;
+                if bits.intersects(hup | EpollFlags::EPOLLIN) {
+                    self.conn_readable(&conn, bits.intersects(hup));
+                }
+                if bits.contains(EpollFlags::EPOLLOUT) {
+                    // The socket drained: push what senders queued.
+                    let _ = conn.flush();
+                }
+            }
+            if n < events.len() {
+                return;
+            }
+        }
+    }
+
+    /// Let the connection set wake the FLIH again (once: EPOLLONESHOT).  A
+    /// sleeper calls this after arming its bell, so a packet that arrived
+    /// before (still reported by the set) or after fires the FLIH, which
+    /// rings the bell.
+    pub(crate) fn arm_flih_for_conns(&self) {
+        self.flih.rearm_conns(&self.tcp);
+    }
+
+    /// FLIH: a connection is ready while some thread sleeps.  Ring the armed
+    /// windows (the SLIH) and leave the socket to the thread that wakes: it
+    /// reads in its own progress pass, so the bytes cross to user space
+    /// once, in the thread that delivers them, and the FLIH goes back to
+    /// sleep after one syscall (reading here first cost block-mode TCP
+    /// 10-25% of its latency).  Woken threads consume the set's events, and
+    /// the next one to sleep re-arms the FLIH.
+    pub(crate) fn wake_sleepers_for_conns(&self) {
+        let open = self.control.windows_open();
+        for w in 0..open {
+            if self.control.window(w).bell.load(Ordering::Relaxed) & bell::ARMED != 0 {
+                self.wake_own(w);
+            }
+        }
+    }
+
+    /// A progress pass found a connection readable.  Frames go to their
+    /// window's inbox, then that window's bell rings (the SLIH).
+    pub(crate) fn conn_readable(&self, conn: &Arc<Conn>, hup: bool) {
+        let mut touched = [false; MAX_WINDOWS as usize];
+        let mut goodbye = false;
+        let mut released = false;
+        let mut requests = vec![];
+        let task = conn.task();
+        let claim = |id, len| self.tcp.reads.claim(task, id, len);
+        let mut end = conn.read_ready(hup, self.cfg.max_message, &self.tcp.rx_budget, &claim, &mut |ev| match ev {
+            RxEvent::Frame { window, tag, data } => {
+                let w = &self.windows[window as usize];
+                lock(&w.inbox).push_back(Inbound { src: conn.task(), tag, data });
+                w.inbox_ready.store(true, Ordering::Release);
+                touched[window as usize] = true;
+            }
+            RxEvent::Goodbye => goodbye = true,
+            RxEvent::Released => released = true,
+            RxEvent::ReadRequest(r) => requests.push(r),
+            RxEvent::ReadDone { id } => self.read_ended(id, Ok(())),
+            RxEvent::ReadMoved => self.tcp.reads.moved.store(true, Ordering::Release),
+        });
+        for r in requests {
+            if !self.serve_read(conn, r) {
+                end = RxEnd::Garbage;
+            }
+        }
+        if goodbye {
+            if let Ok(p) = self.peer(task) {
+                p.gone.store(true, Ordering::Release);
+            }
+        }
+        for (w, t) in touched.iter().enumerate() {
+            if *t {
+                self.wake_own(w as u32);
+            }
+        }
+        match end {
+            RxEnd::Drained => {}
+            RxEnd::Throttled => lock(&self.tcp.throttled).push(conn.clone()),
+            RxEnd::Closed | RxEnd::Garbage => {
+                if let Some(id) = conn.abandoned_read() {
+                    self.read_ended(id, Err(Error::PeerLost));
+                }
+                self.drop_conn(conn);
+                self.peer_exited(task);
+                released = true;
+            }
+        }
+        if released {
+            self.resume_throttled();
+        }
+    }
+
+    /// A peer asks to read memory we exposed to it: answer from that
+    /// memory (remote_read.rs).  False for a request outside what it was
+    /// given (the connection then ends).
+    fn serve_read(&self, conn: &Arc<Conn>, r: ReadRequest) -> bool {
+        let Some(region) = self.tcp.exposures.check(conn.task(), r.key, r.addr, r.len) else { return false };
+        let Some(_held) = region.hold() else { return false };
+        let hdr = FrameHeader { len: r.len, window: r.id, tag: 0, kind: frame::KIND_READ_DATA };
+        // A failed send means a dead connection, which its reader reports.
+        let _ = conn.send_lent(hdr, &region, r.addr as *const u8, r.len as usize);
+        true
+    }
+
+    /// Read `id` ended with `status`: report it to its window
+    /// (`reads_done`) and wake that window.
+    pub(crate) fn read_ended(&self, id: u32, status: Result<()>) {
+        if let Some((window, done)) = self.tcp.reads.finish(id, status) {
+            self.report_read(window, done);
+        }
+    }
+
+    pub(crate) fn report_read(&self, window: u32, done: ReadDone) {
+        lock(&self.windows[window as usize].reads_done).push(done);
+        self.notify(&self.control, window);
+    }
+
+    /// Read `len` bytes at `addr` of what `key` exposes to us in `task`
+    /// into `dst`; `reads_done` reports `cookie` when they are there.
+    pub(crate) fn read_remote(&self, task: u32, window: u32, dst: ReadDst, addr: u64, key: u64, cookie: u64) -> Result<()> {
+        if dst.len() as u64 > self.cfg.max_message {
+            return Err(Error::BadLength);
+        }
+        self.check_window(window)?;
+        let p = self.peer(task)?;
+        if p.lost.load(Ordering::Acquire) {
+            return Err(Error::PeerLost);
+        }
+        let conn = self.tcp_conn(p)?;
+        let id = self.tcp.reads.start(task, window, dst, cookie);
+        let req = ReadRequest { id, addr, len: dst.len() as u64, key };
+        let hdr = FrameHeader { len: READ_REQUEST as u64, window: id, tag: 0, kind: frame::KIND_READ_REQUEST };
+        // Never refused (no backlog limit): a request is 40 bytes, and goes
+        // ahead of queued data (tcp.rs `send_urgent`).
+        if let Err(e) = conn.send_urgent(hdr, &req.body()) {
+            self.tcp.reads.finish(id, Err(e));
+            return Err(e);
+        }
+        bump(&self.counters.tcp_sent);
+        Ok(())
+    }
+
+    /// End an exposure; bytes of it still queued for a socket are copied
+    /// out first (remote_read.rs).
+    pub(crate) fn unexpose(&self, key: u64) -> Result<()> {
+        let found = self.tcp.exposures.unexpose(key, |region| {
+            for c in self.tcp.conns() {
+                c.unlend(region);
+            }
+        });
+        if found {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument)
+        }
+    }
+
+    /// Budget was freed: let the connections that waited for it read on.
+    /// Read to EOF: a hang-up that came while one waited has no edge left.
+    pub(crate) fn resume_throttled(&self) {
+        let waiting = std::mem::take(&mut *lock(&self.tcp.throttled));
+        for c in waiting {
+            if !c.dead.load(Ordering::Acquire) {
+                self.conn_readable(&c, true);
+            }
+        }
+    }
+
+    pub(crate) fn drop_conn(&self, conn: &Conn) {
+        conn.dead.store(true, Ordering::Release);
+        let _ = self.tcp.conn_epoll.delete(&conn.stream);
+        let mut conns = lock(&self.tcp.conns);
+        conns.remove(&conn.token);
+        self.tcp.conn_count.store(conns.len(), Ordering::Relaxed);
+        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+
+    /// Send one message to a peer over its TCP connection (opened on first
+    /// use); a send that does not fit the socket is queued (tcp.rs).
+    pub(crate) fn send_tcp(&self, p: &Peer, window: u32, tag: u8, parts: &[&[u8]], len: u64) -> Result<()> {
+        let conn = self.tcp_conn(p)?;
+        let hdr = FrameHeader { len, window, tag, kind: frame::KIND_MESSAGE };
+        conn.send(hdr, parts, self.cfg.max_backlog)?;
+        bump(&self.counters.tcp_sent);
+        Ok(())
+    }
+
+    /// The TCP part of a progress pass: deliver the frames readers put in
+    /// this window's inbox.
+    pub(crate) fn drain_inbox(&self, w: &WindowLocal, cb: &mut dyn FnMut(u32, u8, &[u8])) -> usize {
+        if !w.inbox_ready.load(Ordering::Acquire) {
+            return 0;
+        }
+        w.inbox_ready.store(false, Ordering::Relaxed);
+        let batch: Vec<Inbound> = lock(&w.inbox).drain(..).collect();
+        let n = batch.len();
+        for m in batch {
+            cb(m.src, m.tag, &m.data);
+            self.buf_pool.give(m.data);
+        }
+        // Skip the counter RMW on the (hot) empty poll.
+        if n > 0 {
+            self.counters.tcp_received.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// Orderly close, TCP part: a goodbye frame to every connection, so
+    /// the peer takes our exit for a close, not a loss.
+    pub(crate) fn goodbye_tcp(&self) {
+        for c in self.tcp.conns() {
+            let hdr = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_GOODBYE };
+            if c.send(hdr, &[], u64::MAX).is_ok() {
+                for _ in 0..1000 {
+                    if c.flush().unwrap_or(true) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! Accepted TCP connections that have not finished the handshake
+//! (handshake.rs).  The FLIH owns them alone: they sit in its epoll set,
+//! never in the endpoint's connection set, so a stranger is never a peer,
+//! never wakes a receiver, and is never a loss or a goodbye.
+//!
+//! Bounded in number and in time, so silent connections cannot pile up:
+//! at most CAP at once (a new one closes the oldest; a real connector
+//! answers its challenge within a round trip, so a flood must outpace that
+//! to push it out, and the connector then retries), and each is closed
+//! HELLO_DEADLINE after it was accepted.
+
+use crate::net::handshake::{self, Nonce, Secret, Transcript, HELLO_BYTES};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read};
+use std::net::TcpStream;
+
+/// Marks a pending connection's token in the FLIH's epoll set.
+pub(crate) const PENDING_BIT: u64 = 1 << 60;
+pub(crate) const CAP: usize = 64;
+pub(crate) const HELLO_DEADLINE_NS: u64 = 3_000_000_000;
+
+pub(crate) struct Pending {
+    pub stream: TcpStream,
+    nonce: Nonce,
+    hello: [u8; HELLO_BYTES],
+    got: usize,
+    deadline: u64,
+}
+
+/// What a readable pending connection came to.
+pub(crate) enum Step {
+    /// Waiting for more of the hello.
+    More,
+    /// A valid hello: the connection belongs to `t.connector`.
+    Greeted(Pending, Transcript),
+    /// Closed, garbage, or a hello that fails the check: drop it.
+    Stranger(Pending),
+}
+
+/// What the listener knows to check a hello.
+pub(crate) struct Listener<'a> {
+    pub secret: &'a Secret,
+    pub job_hash: u64,
+    pub task: u32,
+    pub max_tasks: u32,
+}
+
+#[derive(Default)]
+pub(crate) struct PendingSet {
+    conns: HashMap<u64, Pending>,
+    /// Tokens in accept order, which is deadline order (stale ones skipped).
+    order: VecDeque<u64>,
+}
+
+impl PendingSet {
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Track a connection that was sent its challenge (nonce).
+    pub fn insert(&mut self, token: u64, stream: TcpStream, nonce: Nonce, now: u64) {
+        let p = Pending { stream, nonce, hello: [0; HELLO_BYTES], got: 0, deadline: now + HELLO_DEADLINE_NS };
+        self.conns.insert(token, p);
+        self.order.push_back(token);
+    }
+
+    /// The oldest connection, taken out (to make room for a new one).
+    pub fn pop_oldest(&mut self) -> Option<Pending> {
+        while let Some(t) = self.order.pop_front() {
+            if let Some(p) = self.conns.remove(&t) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// Connections past their deadline, taken out.
+    pub fn expired(&mut self, now: u64) -> Vec<Pending> {
+        let mut out = vec![];
+        while let Some(t) = self.order.front() {
+            match self.conns.get(t) {
+                Some(p) if p.deadline > now => break,
+                Some(_) => out.extend(self.conns.remove(t)),
+                None => {}
+            }
+            self.order.pop_front();
+        }
+        out
+    }
+
+    /// When the next deadline passes, if any connection is pending.
+    pub fn next_deadline(&mut self) -> Option<u64> {
+        while let Some(t) = self.order.front() {
+            if let Some(p) = self.conns.get(t) {
+                return Some(p.deadline);
+            }
+            self.order.pop_front();
+        }
+        None
+    }
+
+    /// Read what the connection sent, up to the end of the hello and no
+    /// further (frames that follow stay in the socket for the connection's
+    /// reader), and check the hello once it is whole.
+    pub fn readable(&mut self, token: u64, me: &Listener) -> Step {
+        let Some(p) = self.conns.get_mut(&token) else { return Step::More };
+        loop {
+            match (&p.stream).read(&mut p.hello[p.got..]) {
+                Ok(0) => break,
+                Ok(n) => {
+                    p.got += n;
+                    if p.got < HELLO_BYTES {
+                        // Another protocol or version is told at once.
+                        if !handshake::hello_prefix_ok(&p.hello[..p.got]) {
+                            break;
+                        }
+                        continue;
+                    }
+                    let checked =
+                        handshake::verify_hello(&p.hello, me.secret, me.job_hash, me.task, &p.nonce, me.max_tasks);
+                    let p = self.conns.remove(&token).expect("looked up above");
+                    return match checked {
+                        Some(t) => Step::Greeted(p, t),
+                        None => Step::Stranger(p),
+                    };
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::More,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        Step::Stranger(self.conns.remove(&token).expect("looked up above"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn pair(l: &TcpListener) -> (TcpStream, TcpStream) {
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        s.set_nonblocking(true).unwrap();
+        (c, s)
+    }
+
+    #[test]
+    fn deadlines_and_cap_order() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut set = PendingSet::default();
+        let mut clients = vec![];
+        for (i, t) in [10u64, 11, 12].iter().enumerate() {
+            let (c, s) = pair(&l);
+            clients.push(c);
+            set.insert(*t, s, [0; 16], i as u64 * 1000);
+        }
+        assert_eq!(set.next_deadline(), Some(HELLO_DEADLINE_NS));
+        assert!(set.pop_oldest().is_some());
+        assert_eq!(set.len(), 2);
+        assert_eq!(set.next_deadline(), Some(HELLO_DEADLINE_NS + 1000));
+        assert!(set.expired(HELLO_DEADLINE_NS + 1000).len() == 1);
+        assert_eq!(set.len(), 1);
+        assert_eq!(set.expired(u64::MAX).len(), 1);
+        assert_eq!(set.next_deadline(), None);
+    }
+
+    #[test]
+    fn reads_the_hello_and_no_further() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let key = [7u8; 16];
+        let me = Listener { secret: &key, job_hash: 5, task: 0, max_tasks: 10 };
+        let mut set = PendingSet::default();
+        let (mut c, s) = pair(&l);
+        set.insert(20, s, [1; 16], 0);
+        let t = Transcript { job_hash: 5, listener: 0, connector: 3, nonce_l: [1; 16], nonce_c: [2; 16] };
+        use std::io::Write;
+        let hello = t.hello(&key);
+        c.write_all(&hello[..10]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(matches!(set.readable(20, &me), Step::More));
+        c.write_all(&hello[10..]).unwrap();
+        c.write_all(b"frame").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let Step::Greeted(p, t) = set.readable(20, &me) else { panic!("a valid hello") };
+        assert_eq!(t.connector, 3);
+        let mut rest = [0u8; 5];
+        (&p.stream).read_exact(&mut rest).unwrap();
+        assert_eq!(&rest, b"frame", "the bytes after the hello stay in the socket");
+
+        let (mut c, s) = pair(&l);
+        set.insert(21, s, [1; 16], 0);
+        c.write_all(&t.hello(&[8; 16])).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(matches!(set.readable(21, &me), Step::Stranger(_)), "another secret");
+        assert_eq!(set.len(), 0);
+    }
+}

@@ -1,0 +1,25 @@
+//! The ground floor: what every other floor may use and which uses none of
+//! them.  System calls (os.rs), the atomics shim that lets loom check the
+//! shared-memory protocols (sync.rs), a lock that is only tried
+//! (try_lock.rs), event counters, the buffer pool, the core's error type
+//! and the fixed limits.
+
+#[cfg(not(loom))]
+pub(crate) mod buf_pool;
+#[cfg(not(loom))]
+pub(crate) mod counters;
+#[cfg(not(loom))]
+pub(crate) mod error;
+#[cfg(not(loom))]
+pub(crate) mod limits;
+#[cfg(not(loom))]
+mod os;
+pub(crate) mod sync;
+#[cfg(not(loom))]
+pub(crate) mod try_lock;
+
+#[cfg(not(loom))]
+pub(crate) use os::{
+    epoll_wait, futex_wait_shared, futex_wake_shared, membarrier_global, membarrier_register_global, now_ns, pidfd_open,
+    process_alive, recv, recv_append, recv_split, send_nosignal,
+};
