@@ -81,6 +81,8 @@ pub(crate) struct WindowLocal {
     pub(crate) shm_received: GuardedCount,
     /// Remote reads that ended, for `reads_done` (remote_read.rs).
     pub(crate) reads_done: Mutex<Vec<ReadDone>>,
+    /// How long waits on this window spin (spin.rs).
+    pub(crate) spin: TryLock<crate::spin::WindowSpin>,
 }
 
 /// The fields that every progress pass and every send read come first,
@@ -104,6 +106,8 @@ pub(crate) struct Inner {
     windows_opened: AtomicU32,
     /// The FLIH thread failed (flih.rs): progress and wait report it.
     pub(crate) flih_failed: AtomicBool,
+    /// Paths of the peers `connect` registered (spin.rs: SHM_PEERS, TCP_PEERS).
+    pub(crate) connected_paths: AtomicU32,
     pub(crate) cfg: Config,
     pub(crate) job_hash: u64,
     pub(crate) me: Address,
@@ -235,6 +239,7 @@ impl Endpoint {
             backlog_bytes: AtomicU64::new(0),
             parker: SharedFutex,
             flih_failed: AtomicBool::new(false),
+            connected_paths: AtomicU32::new(0),
         });
         if let Some(mut rx) = inner.windows[0].rx.try_lock() {
             inner.take_up_queue(0, &mut rx)?;

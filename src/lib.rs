@@ -48,13 +48,13 @@ mod handshake;
 #[cfg(not(loom))]
 mod path;
 #[cfg(not(loom))]
+mod learner;
+#[cfg(not(loom))]
 mod peers;
 #[cfg(not(loom))]
 mod pending;
 #[cfg(not(loom))]
 mod queue;
-#[cfg(not(loom))]
-mod preload;
 #[cfg(not(loom))]
 mod record;
 #[cfg(not(loom))]
@@ -62,6 +62,8 @@ mod remote_read;
 #[cfg(not(loom))]
 mod shm;
 mod sync;
+#[cfg(not(loom))]
+mod spin;
 #[cfg(not(loom))]
 mod sys;
 #[cfg(not(loom))]

@@ -1,0 +1,320 @@
+//! The spin/sleep learner: how long a wait that found nothing spins before
+//! it sleeps, learnt per path (shared memory, TCP) from how earlier waits
+//! ended.
+//!
+//! A waiter that spins catches a message sooner than one that sleeps (no
+//! wake-up to pay), but while it spins it holds a CPU.  A spin *pays* when
+//! the message comes during it; over TCP only when it comes within
+//! `SPIN_PAYS_NS`, about what a sleep and a wake-up cost: a later arrival
+//! would have cost the CPU for nothing, and the spinning waiter may be what
+//! delayed it (it holds the CPU that processes the packet).  Over shared
+//! memory the sender copies on its own CPU, so an arrival anywhere in the
+//! spin was caught sooner than a sleep would have caught it.  A wait that
+//! spun its whole budget and then slept until a message woke it spun *in
+//! vain*.
+//!
+//! After `SPIN_MISSES` vain waits in a row on a path, waits predicted for
+//! that path (the path of the last message) spin short: over TCP not at
+//! all, over shared memory for `SPIN_PAYS_NS`, so short waits among long
+//! ones are still caught (at most twice the best cost).  Every
+//! `probe_gap`-th such wait spins the full budget again as a probe: a
+//! message during it turns spinning back on; a vain probe doubles the gap,
+//! up to `PROBE_GAP_MAX`, so re-learning costs little.
+//!
+//! A caller that yields the CPU on every pass of its spin (more runnable
+//! processes than CPUs) loses little by spinning, and a sleeper's wake-up
+//! would wait for a CPU: it keeps spinning, and learns nothing.
+//!
+//! The learner is plain state with no clock and no lock: its owner calls it
+//! once when a wait begins and once when it ends, from the thread running
+//! the wait, and passes the times and the path of the message in.
+
+use crate::config::WaitMode;
+
+/// Vain waits in a row on a path before its waits spin short.
+const SPIN_MISSES: u32 = 4;
+/// A spin pays over TCP if the message came within this: about what a
+/// futex wake-up across CPUs costs on a loaded VM (30-40 us measured).
+/// Also a short spin's length over shared memory.
+const SPIN_PAYS_NS: u64 = 50_000;
+/// Short-spinning waits between two probes: the first gap, the largest.
+const PROBE_GAP_MIN: u32 = 16;
+const PROBE_GAP_MAX: u32 = 1024;
+
+/// The path that delivered a message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Path {
+    #[default]
+    Shm = 0,
+    Tcp = 1,
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// A message came while the waiter was awake (spinning, or between two
+    /// sleeps that timed out), `waited_ns` after the wait began.
+    Awake { waited_ns: u64 },
+    /// A message came after the spin, and the waiter slept (or was about to).
+    Woken,
+}
+
+/// What the learner knows of one path, for reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PathStats {
+    pub(crate) spins_paid: u64,
+    pub(crate) spins_vain: u64,
+    pub(crate) probes: u64,
+    /// Waits predicted for this path spin short now.
+    pub(crate) short_spin: bool,
+}
+
+#[derive(Debug, Default)]
+struct PathState {
+    /// Vain waits in a row (while spinning full).
+    misses: u32,
+    /// Spinning does not pay here: spin short.
+    short_spin: bool,
+    /// Short-spinning waits between two probes, and left until the next.
+    probe_gap: u32,
+    until_probe: u32,
+    stats: PathStats,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Learner {
+    paths: [PathState; 2],
+    /// Path of the last message that ended a classified wait.
+    last_path: Option<Path>,
+    // The current wait.
+    /// Its spin budget (0: it did not spin; nothing to learn from it).
+    spin_ns: u64,
+    /// The path whose budget it uses.
+    spin_path: Path,
+    /// It spins the full budget to re-learn.
+    probing: bool,
+}
+
+impl Learner {
+    /// A wait begins.  `full_ns` is the longest spin; `only_path` the path
+    /// every peer uses, if they all use one.  Returns how long to spin
+    /// before sleeping (`u64::MAX`: never sleep).
+    pub(crate) fn begin(&mut self, mode: WaitMode, full_ns: u64, only_path: Option<Path>) -> u64 {
+        self.probing = false;
+        let p = match mode {
+            WaitMode::Poll | WaitMode::Block => {
+                self.spin_ns = 0;
+                return if mode == WaitMode::Poll { u64::MAX } else { 0 };
+            }
+            WaitMode::Adaptive => self.last_path.unwrap_or(if only_path == Some(Path::Tcp) { Path::Tcp } else { Path::Shm }),
+        };
+        self.spin_path = p;
+        let l = &mut self.paths[p as usize];
+        self.spin_ns = if !l.short_spin {
+            full_ns
+        } else if l.until_probe <= 1 {
+            self.probing = true;
+            l.stats.probes += 1;
+            l.until_probe = l.probe_gap;
+            full_ns
+        } else {
+            l.until_probe -= 1;
+            // Over TCP a spin starves the packet it waits for: sleep at
+            // once.  Over shared memory spin about as long as a wake-up
+            // costs, to catch the short waits among long ones.
+            if p == Path::Tcp {
+                0
+            } else {
+                SPIN_PAYS_NS
+            }
+        };
+        self.spin_ns
+    }
+
+    /// The wait begun last ended with a message.  `path` names the path
+    /// that delivered it; it is asked only if the wait teaches something.
+    /// `yields`: the waiter yielded the CPU on each pass of its spin.
+    pub(crate) fn end(&mut self, ended: Ended, yields: bool, path: impl FnOnce(Path) -> Path) {
+        if self.spin_ns == 0 {
+            return;
+        }
+        match ended {
+            // Yielding, spinning goes on whatever happens: a wait that
+            // ended awake says nothing (and costs no look at the path).
+            Ended::Awake { .. } if yields => {}
+            Ended::Awake { waited_ns } => {
+                let pays = if self.spin_path == Path::Tcp { SPIN_PAYS_NS } else { self.spin_ns };
+                let p = path(self.spin_path);
+                if waited_ns <= pays {
+                    self.paid(p);
+                } else {
+                    self.vain(p, false);
+                }
+            }
+            Ended::Woken => {
+                let p = path(self.spin_path);
+                self.vain(p, yields);
+            }
+        }
+        self.spin_ns = 0;
+    }
+
+    /// Spinning pays on path `p`.
+    fn paid(&mut self, p: Path) {
+        let l = &mut self.paths[p as usize];
+        l.stats.spins_paid += 1;
+        l.misses = 0;
+        l.short_spin = false;
+        self.last_path = Some(p);
+    }
+
+    /// A wait for path `p` spun in vain.
+    fn vain(&mut self, p: Path, yields: bool) {
+        let l = &mut self.paths[p as usize];
+        l.stats.spins_vain += 1;
+        self.last_path = Some(p);
+        if yields {
+            return;
+        }
+        if !l.short_spin {
+            l.misses += 1;
+            if l.misses >= SPIN_MISSES {
+                l.short_spin = true;
+                l.misses = 0;
+                l.probe_gap = PROBE_GAP_MIN;
+                l.until_probe = l.probe_gap;
+            }
+        } else if self.probing && l.probe_gap < PROBE_GAP_MAX {
+            l.probe_gap *= 2;
+            l.until_probe = l.probe_gap;
+        }
+    }
+
+    pub(crate) fn stats(&self, p: Path) -> PathStats {
+        let l = &self.paths[p as usize];
+        PathStats { short_spin: l.short_spin, ..l.stats }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: u64 = 1_000_000;
+    const ADAPTIVE: WaitMode = WaitMode::Adaptive;
+
+    /// One wait on `path` whose message came after the spin and a sleep.
+    fn vain_wait(l: &mut Learner, path: Path) -> u64 {
+        let spin = l.begin(ADAPTIVE, FULL, None);
+        l.end(Ended::Woken, false, |_| path);
+        spin
+    }
+
+    #[test]
+    fn spins_full_until_four_vain_waits_in_a_row() {
+        let mut l = Learner::default();
+        for _ in 0..3 {
+            assert_eq!(vain_wait(&mut l, Path::Shm), FULL);
+        }
+        // A paid wait starts the count again.
+        assert_eq!(l.begin(ADAPTIVE, FULL, None), FULL);
+        l.end(Ended::Awake { waited_ns: FULL - 1 }, false, |_| Path::Shm);
+        for _ in 0..4 {
+            assert_eq!(vain_wait(&mut l, Path::Shm), FULL);
+        }
+        assert_eq!(l.begin(ADAPTIVE, FULL, None), SPIN_PAYS_NS, "shm spins short");
+        let s = l.stats(Path::Shm);
+        assert_eq!((s.spins_paid, s.spins_vain, s.short_spin), (1, 7, true));
+    }
+
+    #[test]
+    fn tcp_short_spin_is_none_and_pays_only_quickly() {
+        let mut l = Learner::default();
+        // A TCP-only endpoint predicts TCP before any message.
+        assert_eq!(l.begin(ADAPTIVE, FULL, Some(Path::Tcp)), FULL);
+        // Within the full spin but later than a wake-up: vain over TCP.
+        l.end(Ended::Awake { waited_ns: SPIN_PAYS_NS + 1 }, false, |p| p);
+        assert_eq!(l.stats(Path::Tcp).spins_vain, 1);
+        for _ in 0..3 {
+            l.begin(ADAPTIVE, FULL, None);
+            l.end(Ended::Awake { waited_ns: 2 * SPIN_PAYS_NS }, false, |p| p);
+        }
+        assert_eq!(l.begin(ADAPTIVE, FULL, None), 0, "tcp sleeps at once");
+        // A wait that did not spin teaches nothing.
+        l.end(Ended::Woken, false, |_| unreachable!("the path is not asked"));
+        assert_eq!(l.stats(Path::Tcp).spins_vain, 4);
+        // A quick arrival during a full spin turns spinning back on.
+        let mut l = Learner::default();
+        l.begin(ADAPTIVE, FULL, Some(Path::Tcp));
+        l.end(Ended::Awake { waited_ns: SPIN_PAYS_NS }, false, |p| p);
+        assert_eq!(l.stats(Path::Tcp).spins_paid, 1);
+    }
+
+    #[test]
+    fn probes_double_their_gap_while_vain_and_a_paid_probe_restores_spinning() {
+        let mut l = Learner::default();
+        for _ in 0..4 {
+            vain_wait(&mut l, Path::Shm);
+        }
+        let mut gaps = Vec::new();
+        let mut since = 0;
+        for _ in 0..(16 + 32 + 64 + 128 + 256 + 512 + 1024 + 1024 + 4) {
+            since += 1;
+            if vain_wait(&mut l, Path::Shm) == FULL {
+                gaps.push(since);
+                since = 0;
+            }
+        }
+        assert_eq!(gaps, [16, 32, 64, 128, 256, 512, 1024, 1024]);
+        assert_eq!(l.stats(Path::Shm).probes, 8);
+        // Run up to the next probe; a message during it turns spinning on.
+        while l.begin(ADAPTIVE, FULL, None) != FULL {
+            l.end(Ended::Woken, false, |_| Path::Shm);
+        }
+        l.end(Ended::Awake { waited_ns: FULL }, false, |_| Path::Shm);
+        assert!(!l.stats(Path::Shm).short_spin);
+        assert_eq!(l.begin(ADAPTIVE, FULL, None), FULL);
+    }
+
+    #[test]
+    fn the_last_message_path_picks_the_budget() {
+        let mut l = Learner::default();
+        for _ in 0..4 {
+            vain_wait(&mut l, Path::Tcp);
+        }
+        assert_eq!(l.begin(ADAPTIVE, FULL, None), 0, "the last message came over tcp");
+        // A wait that did not spin teaches nothing, not even its path...
+        l.end(Ended::Woken, false, |_| Path::Shm);
+        for _ in 0..14 {
+            assert_eq!(l.begin(ADAPTIVE, FULL, None), 0);
+        }
+        // ... but the probe does.
+        assert_eq!(l.begin(ADAPTIVE, FULL, None), FULL);
+        l.end(Ended::Woken, false, |_| Path::Shm);
+        assert_eq!(l.begin(ADAPTIVE, FULL, None), FULL, "now shm, which still spins");
+        assert_eq!(l.stats(Path::Shm).spins_vain, 1);
+    }
+
+    #[test]
+    fn a_yielding_waiter_keeps_spinning_and_learns_nothing() {
+        let mut l = Learner::default();
+        for _ in 0..10 {
+            assert_eq!(l.begin(ADAPTIVE, FULL, None), FULL);
+            l.end(Ended::Woken, true, |_| Path::Shm);
+            assert_eq!(l.begin(ADAPTIVE, FULL, None), FULL);
+            l.end(Ended::Awake { waited_ns: 1 }, true, |_| unreachable!("the path is not asked"));
+        }
+        let s = l.stats(Path::Shm);
+        assert_eq!((s.spins_paid, s.spins_vain, s.short_spin), (0, 10, false));
+    }
+
+    #[test]
+    fn block_and_poll_do_not_learn() {
+        let mut l = Learner::default();
+        assert_eq!(l.begin(WaitMode::Block, FULL, None), 0);
+        l.end(Ended::Woken, false, |_| unreachable!("block mode did not spin"));
+        assert_eq!(l.begin(WaitMode::Poll, FULL, None), u64::MAX);
+        l.end(Ended::Awake { waited_ns: 1 }, false, |_| unreachable!("poll mode never sleeps"));
+        assert_eq!(l.stats(Path::Shm), PathStats::default());
+    }
+}
