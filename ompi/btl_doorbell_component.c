@@ -3,7 +3,7 @@
  * The progress callback only polls: it delivers what arrived, runs
  * completions and retries queued sends.  Whether a rank sleeps is decided
  * at Open MPI's idle point, after every other progress source had its turn
- * (btl_doorbell_idle.c).
+ * (hooks/btl_doorbell_idle.c).
  */
 #include "opal_config.h"
 
@@ -716,6 +716,11 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
     {
         const char *source;
         cfg.shm_dir = shm_dir(&source);
+    }
+    /* Adaptive with no spin is block (given spin_us 0, the core would spin
+     * its default). */
+    if (DOORBELL_WAIT_ADAPTIVE == c->wait_mode && 0 == c->spin_us) {
+        c->wait_mode = DOORBELL_WAIT_BLOCK;
     }
     cfg.wait_mode = (uint32_t) c->wait_mode;
     cfg.spin_us = c->spin_us;
