@@ -147,7 +147,9 @@
 #define DOORBELL_WAIT_BLOCK 2
 
 /*
- Spin for spin_us, then block.
+ Spin for up to spin_us, then block.  The window's spin/sleep learner
+ shortens the spin on a path where spinning has not paid lately (see
+ doorbell_spin_begin).
  */
 #define DOORBELL_WAIT_ADAPTIVE 3
 
@@ -280,7 +282,7 @@ typedef struct doorbell_config {
    */
   uint32_t wait_mode;
   /*
-   Adaptive mode spins this long before sleeping; 0: 50.
+   Adaptive mode spins at most this long before sleeping; 0: 50.
    */
   uint32_t spin_us;
   /*
@@ -659,10 +661,11 @@ int doorbell_reads_moved(struct doorbell_endpoint *ep);
  endpoint's spin_us,
  less on a path (that of the last message) where spinning has not paid
  lately, probing now and then.  Call it once per wait, and
- doorbell_spin_end when work ends the wait.  A window's learner is for one
- thread at a time: a call that finds another thread inside it gets the
- mode's full spin and changes nothing.  No lock, no syscall, no clock
- read.  Errors: INVALID_ARGUMENT (NULL ep or spin_ns, unknown mode),
+ doorbell_spin_end when work ends the wait.  A window's learner is meant
+ for the one thread that waits on the window; any thread may call it
+ (no lock, no locked instruction, no syscall, no clock read), but waits
+ on one window by several threads at once may lose each other's lessons.
+ Errors: INVALID_ARGUMENT (NULL ep or spin_ns, unknown mode),
  UNKNOWN_WINDOW.
  */
 int doorbell_spin_begin(struct doorbell_endpoint *ep, uint32_t window, uint32_t mode, uint64_t *spin_ns);
@@ -683,8 +686,7 @@ int doorbell_spin_end(struct doorbell_endpoint *ep, uint32_t window, uint32_t ho
 /*
  Copy what `window`'s spin/sleep learner knows of `path`
  (DOORBELL_PATH_SHM or DOORBELL_PATH_TCP) into `*out`.  Errors:
- INVALID_ARGUMENT (NULL ep or out, unknown path), UNKNOWN_WINDOW,
- WOULD_BLOCK (other threads kept the learner busy: retry).
+ INVALID_ARGUMENT (NULL ep or out, unknown path), UNKNOWN_WINDOW.
  */
 int doorbell_spin_stats_get(const struct doorbell_endpoint *ep, uint32_t window, uint32_t path, struct doorbell_spin_stats *out);
 

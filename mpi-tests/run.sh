@@ -293,8 +293,12 @@ for variant in "${VARIANTS[@]}"; do
                     run_mpi "$p threads np=$np $vt $mode" "$np" "$BTL" "$variant" "^$p: OK" \
                         --mca btl_doorbell_wait_mode $mode "$BIN/$p" threads || true
                 done
-                run_mpi "$p np=$np $vt LD_PRELOAD" "$np" "$BTL" "$variant" "^$p: OK" \
-                    -x LD_PRELOAD="${PRELOAD_FIRST:+$PRELOAD_FIRST:}$PRELOAD_LIB" --mca osc pt2pt "$BIN/$p" || true
+                if [[ ! -f $PRELOAD_LIB ]]; then
+                    fail "$p np=$np $vt LD_PRELOAD" "$PRELOAD_LIB missing (make -C ompi)"
+                else
+                    run_mpi "$p np=$np $vt LD_PRELOAD" "$np" "$BTL" "$variant" "^$p: OK" \
+                        -x LD_PRELOAD="${PRELOAD_FIRST:+$PRELOAD_FIRST:}$PRELOAD_LIB" --mca osc pt2pt "$BIN/$p" || true
+                fi
             fi
             if [[ $p == idle_cpu ]]; then
                 IDLE_FIG["$np $variant"]=$(grep -Eo 'IDLE_CPU max=[0-9.]+%' "$RUN_LOG" | sed 's/IDLE_CPU //' || echo "max=?")

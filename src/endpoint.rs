@@ -82,7 +82,7 @@ pub(crate) struct WindowLocal {
     /// Remote reads that ended, for `reads_done` (remote_read.rs).
     pub(crate) reads_done: Mutex<Vec<ReadDone>>,
     /// How long waits on this window spin (spin.rs).
-    pub(crate) spin: TryLock<crate::spin::WindowSpin>,
+    pub(crate) spin: crate::spin::WindowSpin,
 }
 
 /// The fields that every progress pass and every send read come first,

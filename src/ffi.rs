@@ -70,7 +70,9 @@ pub const DOORBELL_WAIT_DEFAULT: u32 = 0;
 pub const DOORBELL_WAIT_POLL: u32 = 1;
 /// Arm, re-check, sleep on the window's doorbell.
 pub const DOORBELL_WAIT_BLOCK: u32 = 2;
-/// Spin for spin_us, then block.
+/// Spin for up to spin_us, then block.  The window's spin/sleep learner
+/// shortens the spin on a path where spinning has not paid lately (see
+/// doorbell_spin_begin).
 pub const DOORBELL_WAIT_ADAPTIVE: u32 = 3;
 
 /// Messages were delivered.
@@ -152,7 +154,7 @@ pub struct doorbell_config {
     pub ring_bytes: u32,
     /// DOORBELL_WAIT_*; DEFAULT: env DOORBELL_WAIT_MODE (poll|block|adaptive) or adaptive.
     pub wait_mode: u32,
-    /// Adaptive mode spins this long before sleeping; 0: 50.
+    /// Adaptive mode spins at most this long before sleeping; 0: 50.
     pub spin_us: u32,
     /// Nonzero: TCP even to same-node tasks.
     pub force_tcp: u32,
@@ -831,10 +833,11 @@ pub struct doorbell_spin_stats {
 /// endpoint's spin_us,
 /// less on a path (that of the last message) where spinning has not paid
 /// lately, probing now and then.  Call it once per wait, and
-/// doorbell_spin_end when work ends the wait.  A window's learner is for one
-/// thread at a time: a call that finds another thread inside it gets the
-/// mode's full spin and changes nothing.  No lock, no syscall, no clock
-/// read.  Errors: INVALID_ARGUMENT (NULL ep or spin_ns, unknown mode),
+/// doorbell_spin_end when work ends the wait.  A window's learner is meant
+/// for the one thread that waits on the window; any thread may call it
+/// (no lock, no locked instruction, no syscall, no clock read), but waits
+/// on one window by several threads at once may lose each other's lessons.
+/// Errors: INVALID_ARGUMENT (NULL ep or spin_ns, unknown mode),
 /// UNKNOWN_WINDOW.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_spin_begin(ep: *mut doorbell_endpoint, window: u32, mode: u32, spin_ns: *mut u64) -> c_int {
@@ -878,8 +881,7 @@ pub unsafe extern "C" fn doorbell_spin_end(ep: *mut doorbell_endpoint, window: u
 
 /// Copy what `window`'s spin/sleep learner knows of `path`
 /// (DOORBELL_PATH_SHM or DOORBELL_PATH_TCP) into `*out`.  Errors:
-/// INVALID_ARGUMENT (NULL ep or out, unknown path), UNKNOWN_WINDOW,
-/// WOULD_BLOCK (other threads kept the learner busy: retry).
+/// INVALID_ARGUMENT (NULL ep or out, unknown path), UNKNOWN_WINDOW.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_spin_stats_get(
     ep: *const doorbell_endpoint,

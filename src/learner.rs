@@ -25,11 +25,17 @@
 //! processes than CPUs) loses little by spinning, and a sleeper's wake-up
 //! would wait for a CPU: it keeps spinning, and learns nothing.
 //!
-//! The learner is plain state with no clock and no lock: its owner calls it
-//! once when a wait begins and once when it ends, from the thread running
-//! the wait, and passes the times and the path of the message in.
+//! The learner lives beside the endpoint's window it learns for, and its
+//! owner calls it once when a wait begins and once when it ends, from the
+//! thread running the wait, with the times and the path of the message.
+//! It reads no clock and takes no lock.  Its state is a few words of
+//! relaxed atomics, read and written whole with plain loads and stores (no
+//! read-modify-write): two threads waiting on one window at once may lose
+//! each other's updates, which costs a misjudged wait or two, never
+//! memory safety.
 
 use crate::config::WaitMode;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Vain waits in a row on a path before its waits spin short.
 const SPIN_MISSES: u32 = 4;
@@ -69,52 +75,122 @@ pub(crate) struct PathStats {
     pub(crate) short_spin: bool,
 }
 
-#[derive(Debug, Default)]
+/// What the learner knows of one path, in one word: bits 0-7 `misses`,
+/// bit 8 `short_spin`, bits 16-31 `probe_gap`, bits 32-47 `until_probe`.
+#[derive(Debug, Clone, Copy, Default)]
 struct PathState {
-    /// Vain waits in a row (while spinning full).
+    /// Vain waits in a row (while spinning full), < SPIN_MISSES.
     misses: u32,
     /// Spinning does not pay here: spin short.
     short_spin: bool,
-    /// Short-spinning waits between two probes, and left until the next.
+    /// Short-spinning waits between two probes (<= PROBE_GAP_MAX), and
+    /// left until the next.
     probe_gap: u32,
     until_probe: u32,
-    stats: PathStats,
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct Learner {
-    paths: [PathState; 2],
-    /// Path of the last message that ended a classified wait.
-    last_path: Option<Path>,
-    // The current wait.
-    /// Its spin budget (0: it did not spin; nothing to learn from it).
+impl PathState {
+    fn load(w: &AtomicU64) -> PathState {
+        let v = w.load(Relaxed);
+        PathState {
+            misses: (v & 0xff) as u32,
+            short_spin: v >> 8 & 1 != 0,
+            probe_gap: (v >> 16 & 0xffff) as u32,
+            until_probe: (v >> 32 & 0xffff) as u32,
+        }
+    }
+
+    fn store(self, w: &AtomicU64) {
+        let v = self.misses as u64 | (self.short_spin as u64) << 8 | (self.probe_gap as u64) << 16 | (self.until_probe as u64) << 32;
+        w.store(v, Relaxed);
+    }
+}
+
+/// The current wait, and the path of the last message, in one word: bits
+/// 0-1 `last_path` (0 none, 1 + Path), bit 2 `spin_path`, bit 3
+/// `probing`, bits 8-63 `spin_ns`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Run {
+    /// The current wait's spin budget (0: it did not spin, or it ended:
+    /// nothing to learn from it).
     spin_ns: u64,
     /// The path whose budget it uses.
     spin_path: Path,
     /// It spins the full budget to re-learn.
     probing: bool,
+    /// Path of the last message that ended a classified wait.
+    last_path: Option<Path>,
 }
+
+/// Largest budget a Run holds (2^56 - 1 ns, over two years).
+const SPIN_NS_MAX: u64 = u64::MAX >> 8;
+
+fn path_of(bit: u64) -> Path {
+    if bit & 1 == 0 {
+        Path::Shm
+    } else {
+        Path::Tcp
+    }
+}
+
+impl Run {
+    fn load(w: &AtomicU64) -> Run {
+        let v = w.load(Relaxed);
+        Run {
+            spin_ns: v >> 8,
+            spin_path: path_of(v >> 2),
+            probing: v >> 3 & 1 != 0,
+            last_path: (v & 3 != 0).then(|| path_of((v & 3) - 1)),
+        }
+    }
+
+    fn store(self, w: &AtomicU64) {
+        let last = self.last_path.map_or(0, |p| p as u64 + 1);
+        let v = self.spin_ns.min(SPIN_NS_MAX) << 8 | (self.probing as u64) << 3 | (self.spin_path as u64) << 2 | last;
+        w.store(v, Relaxed);
+    }
+}
+
+/// Add one to a count that only the learner writes.
+fn count(c: &AtomicU64) {
+    c.store(c.load(Relaxed) + 1, Relaxed);
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Learner {
+    /// A `Run`.
+    run: AtomicU64,
+    /// A `PathState` per path.
+    paths: [AtomicU64; 2],
+    /// Per path: spins paid, spins vain, probes.
+    counts: [[AtomicU64; 3]; 2],
+}
+
+const PAID: usize = 0;
+const VAIN: usize = 1;
+const PROBES: usize = 2;
 
 impl Learner {
     /// A wait begins.  `full_ns` is the longest spin; `only_path` the path
     /// every peer uses, if they all use one.  Returns how long to spin
     /// before sleeping (`u64::MAX`: never sleep).
-    pub(crate) fn begin(&mut self, mode: WaitMode, full_ns: u64, only_path: Option<Path>) -> u64 {
-        self.probing = false;
-        let p = match mode {
-            WaitMode::Poll | WaitMode::Block => {
-                self.spin_ns = 0;
-                return if mode == WaitMode::Poll { u64::MAX } else { 0 };
-            }
-            WaitMode::Adaptive => self.last_path.unwrap_or(if only_path == Some(Path::Tcp) { Path::Tcp } else { Path::Shm }),
-        };
-        self.spin_path = p;
-        let l = &mut self.paths[p as usize];
-        self.spin_ns = if !l.short_spin {
+    pub(crate) fn begin(&self, mode: WaitMode, full_ns: u64, only_path: Option<Path>) -> u64 {
+        let mut run = Run::load(&self.run);
+        run.probing = false;
+        if mode != WaitMode::Adaptive {
+            run.spin_ns = 0;
+            run.store(&self.run);
+            return if mode == WaitMode::Poll { u64::MAX } else { 0 };
+        }
+        let p = run.last_path.unwrap_or(if only_path == Some(Path::Tcp) { Path::Tcp } else { Path::Shm });
+        run.spin_path = p;
+        let mut l = PathState::load(&self.paths[p as usize]);
+        let full_ns = full_ns.min(SPIN_NS_MAX);
+        run.spin_ns = if !l.short_spin {
             full_ns
         } else if l.until_probe <= 1 {
-            self.probing = true;
-            l.stats.probes += 1;
+            run.probing = true;
+            count(&self.counts[p as usize][PROBES]);
             l.until_probe = l.probe_gap;
             full_ns
         } else {
@@ -128,14 +204,19 @@ impl Learner {
                 SPIN_PAYS_NS
             }
         };
-        self.spin_ns
+        if l.short_spin {
+            l.store(&self.paths[p as usize]);
+        }
+        run.store(&self.run);
+        run.spin_ns
     }
 
     /// The wait begun last ended with a message.  `path` names the path
     /// that delivered it; it is asked only if the wait teaches something.
     /// `yields`: the waiter yielded the CPU on each pass of its spin.
-    pub(crate) fn end(&mut self, ended: Ended, yields: bool, path: impl FnOnce(Path) -> Path) {
-        if self.spin_ns == 0 {
+    pub(crate) fn end(&self, ended: Ended, yields: bool, path: impl FnOnce(Path) -> Path) {
+        let mut run = Run::load(&self.run);
+        if run.spin_ns == 0 {
             return;
         }
         match ended {
@@ -143,39 +224,41 @@ impl Learner {
             // ended awake says nothing (and costs no look at the path).
             Ended::Awake { .. } if yields => {}
             Ended::Awake { waited_ns } => {
-                let pays = if self.spin_path == Path::Tcp { SPIN_PAYS_NS } else { self.spin_ns };
-                let p = path(self.spin_path);
+                let pays = if run.spin_path == Path::Tcp { SPIN_PAYS_NS } else { run.spin_ns };
+                let p = path(run.spin_path);
                 if waited_ns <= pays {
                     self.paid(p);
                 } else {
-                    self.vain(p, false);
+                    self.vain(p, run.probing, false);
                 }
+                run.last_path = Some(p);
             }
             Ended::Woken => {
-                let p = path(self.spin_path);
-                self.vain(p, yields);
+                let p = path(run.spin_path);
+                self.vain(p, run.probing, yields);
+                run.last_path = Some(p);
             }
         }
-        self.spin_ns = 0;
+        run.spin_ns = 0;
+        run.store(&self.run);
     }
 
     /// Spinning pays on path `p`.
-    fn paid(&mut self, p: Path) {
-        let l = &mut self.paths[p as usize];
-        l.stats.spins_paid += 1;
+    fn paid(&self, p: Path) {
+        count(&self.counts[p as usize][PAID]);
+        let mut l = PathState::load(&self.paths[p as usize]);
         l.misses = 0;
         l.short_spin = false;
-        self.last_path = Some(p);
+        l.store(&self.paths[p as usize]);
     }
 
-    /// A wait for path `p` spun in vain.
-    fn vain(&mut self, p: Path, yields: bool) {
-        let l = &mut self.paths[p as usize];
-        l.stats.spins_vain += 1;
-        self.last_path = Some(p);
+    /// A wait for path `p` spun in vain (`probing`: it was a probe).
+    fn vain(&self, p: Path, probing: bool, yields: bool) {
+        count(&self.counts[p as usize][VAIN]);
         if yields {
             return;
         }
+        let mut l = PathState::load(&self.paths[p as usize]);
         if !l.short_spin {
             l.misses += 1;
             if l.misses >= SPIN_MISSES {
@@ -184,15 +267,21 @@ impl Learner {
                 l.probe_gap = PROBE_GAP_MIN;
                 l.until_probe = l.probe_gap;
             }
-        } else if self.probing && l.probe_gap < PROBE_GAP_MAX {
+        } else if probing && l.probe_gap < PROBE_GAP_MAX {
             l.probe_gap *= 2;
             l.until_probe = l.probe_gap;
         }
+        l.store(&self.paths[p as usize]);
     }
 
     pub(crate) fn stats(&self, p: Path) -> PathStats {
-        let l = &self.paths[p as usize];
-        PathStats { short_spin: l.short_spin, ..l.stats }
+        let c = &self.counts[p as usize];
+        PathStats {
+            spins_paid: c[PAID].load(Relaxed),
+            spins_vain: c[VAIN].load(Relaxed),
+            probes: c[PROBES].load(Relaxed),
+            short_spin: PathState::load(&self.paths[p as usize]).short_spin,
+        }
     }
 }
 
@@ -204,7 +293,7 @@ mod tests {
     const ADAPTIVE: WaitMode = WaitMode::Adaptive;
 
     /// One wait on `path` whose message came after the spin and a sleep.
-    fn vain_wait(l: &mut Learner, path: Path) -> u64 {
+    fn vain_wait(l: &Learner, path: Path) -> u64 {
         let spin = l.begin(ADAPTIVE, FULL, None);
         l.end(Ended::Woken, false, |_| path);
         spin
@@ -212,15 +301,15 @@ mod tests {
 
     #[test]
     fn spins_full_until_four_vain_waits_in_a_row() {
-        let mut l = Learner::default();
+        let l = Learner::default();
         for _ in 0..3 {
-            assert_eq!(vain_wait(&mut l, Path::Shm), FULL);
+            assert_eq!(vain_wait(&l, Path::Shm), FULL);
         }
         // A paid wait starts the count again.
         assert_eq!(l.begin(ADAPTIVE, FULL, None), FULL);
         l.end(Ended::Awake { waited_ns: FULL - 1 }, false, |_| Path::Shm);
         for _ in 0..4 {
-            assert_eq!(vain_wait(&mut l, Path::Shm), FULL);
+            assert_eq!(vain_wait(&l, Path::Shm), FULL);
         }
         assert_eq!(l.begin(ADAPTIVE, FULL, None), SPIN_PAYS_NS, "shm spins short");
         let s = l.stats(Path::Shm);
@@ -229,7 +318,7 @@ mod tests {
 
     #[test]
     fn tcp_short_spin_is_none_and_pays_only_quickly() {
-        let mut l = Learner::default();
+        let l = Learner::default();
         // A TCP-only endpoint predicts TCP before any message.
         assert_eq!(l.begin(ADAPTIVE, FULL, Some(Path::Tcp)), FULL);
         // Within the full spin but later than a wake-up: vain over TCP.
@@ -244,7 +333,7 @@ mod tests {
         l.end(Ended::Woken, false, |_| unreachable!("the path is not asked"));
         assert_eq!(l.stats(Path::Tcp).spins_vain, 4);
         // A quick arrival during a full spin turns spinning back on.
-        let mut l = Learner::default();
+        let l = Learner::default();
         l.begin(ADAPTIVE, FULL, Some(Path::Tcp));
         l.end(Ended::Awake { waited_ns: SPIN_PAYS_NS }, false, |p| p);
         assert_eq!(l.stats(Path::Tcp).spins_paid, 1);
@@ -252,15 +341,15 @@ mod tests {
 
     #[test]
     fn probes_double_their_gap_while_vain_and_a_paid_probe_restores_spinning() {
-        let mut l = Learner::default();
+        let l = Learner::default();
         for _ in 0..4 {
-            vain_wait(&mut l, Path::Shm);
+            vain_wait(&l, Path::Shm);
         }
         let mut gaps = Vec::new();
         let mut since = 0;
         for _ in 0..(16 + 32 + 64 + 128 + 256 + 512 + 1024 + 1024 + 4) {
             since += 1;
-            if vain_wait(&mut l, Path::Shm) == FULL {
+            if vain_wait(&l, Path::Shm) == FULL {
                 gaps.push(since);
                 since = 0;
             }
@@ -278,9 +367,9 @@ mod tests {
 
     #[test]
     fn the_last_message_path_picks_the_budget() {
-        let mut l = Learner::default();
+        let l = Learner::default();
         for _ in 0..4 {
-            vain_wait(&mut l, Path::Tcp);
+            vain_wait(&l, Path::Tcp);
         }
         assert_eq!(l.begin(ADAPTIVE, FULL, None), 0, "the last message came over tcp");
         // A wait that did not spin teaches nothing, not even its path...
@@ -297,7 +386,7 @@ mod tests {
 
     #[test]
     fn a_yielding_waiter_keeps_spinning_and_learns_nothing() {
-        let mut l = Learner::default();
+        let l = Learner::default();
         for _ in 0..10 {
             assert_eq!(l.begin(ADAPTIVE, FULL, None), FULL);
             l.end(Ended::Woken, true, |_| Path::Shm);
@@ -310,7 +399,7 @@ mod tests {
 
     #[test]
     fn block_and_poll_do_not_learn() {
-        let mut l = Learner::default();
+        let l = Learner::default();
         assert_eq!(l.begin(WaitMode::Block, FULL, None), 0);
         l.end(Ended::Woken, false, |_| unreachable!("block mode did not spin"));
         assert_eq!(l.begin(WaitMode::Poll, FULL, None), u64::MAX);
