@@ -28,14 +28,14 @@
 //! The learner lives beside the endpoint's window it learns for, and its
 //! owner calls it once when a wait begins and once when it ends, from the
 //! thread running the wait, with the times and the path of the message.
-//! It reads no clock and takes no lock.  Its state is a few words of
-//! relaxed atomics, read and written whole with plain loads and stores (no
-//! read-modify-write): two threads waiting on one window at once may lose
+//! It reads no clock and takes no lock.  Its state is relaxed atomics,
+//! read and written with plain loads and stores (no read-modify-write, no
+//! locked instruction): two threads waiting on one window at once may lose
 //! each other's updates, which costs a misjudged wait or two, never
 //! memory safety.
 
 use crate::config::WaitMode;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 
 /// Vain waits in a row on a path before its waits spin short.
 const SPIN_MISSES: u32 = 4;
@@ -75,79 +75,30 @@ pub(crate) struct PathStats {
     pub(crate) short_spin: bool,
 }
 
-/// What the learner knows of one path, in one word: bits 0-7 `misses`,
-/// bit 8 `short_spin`, bits 16-31 `probe_gap`, bits 32-47 `until_probe`.
-#[derive(Debug, Clone, Copy, Default)]
+/// What the learner knows of one path.
+#[derive(Debug, Default)]
 struct PathState {
-    /// Vain waits in a row (while spinning full), < SPIN_MISSES.
-    misses: u32,
     /// Spinning does not pay here: spin short.
-    short_spin: bool,
+    short_spin: AtomicBool,
+    /// Vain waits in a row (while spinning full), < SPIN_MISSES.
+    misses: AtomicU32,
     /// Short-spinning waits between two probes (<= PROBE_GAP_MAX), and
     /// left until the next.
-    probe_gap: u32,
-    until_probe: u32,
+    probe_gap: AtomicU32,
+    until_probe: AtomicU32,
+    spins_paid: AtomicU64,
+    spins_vain: AtomicU64,
+    probes: AtomicU64,
 }
 
-impl PathState {
-    fn load(w: &AtomicU64) -> PathState {
-        let v = w.load(Relaxed);
-        PathState {
-            misses: (v & 0xff) as u32,
-            short_spin: v >> 8 & 1 != 0,
-            probe_gap: (v >> 16 & 0xffff) as u32,
-            until_probe: (v >> 32 & 0xffff) as u32,
-        }
-    }
+/// `Learner::last_path` when no wait has taught anything yet.
+const NO_PATH: u8 = 2;
 
-    fn store(self, w: &AtomicU64) {
-        let v = self.misses as u64 | (self.short_spin as u64) << 8 | (self.probe_gap as u64) << 16 | (self.until_probe as u64) << 32;
-        w.store(v, Relaxed);
-    }
-}
-
-/// The current wait, and the path of the last message, in one word: bits
-/// 0-1 `last_path` (0 none, 1 + Path), bit 2 `spin_path`, bit 3
-/// `probing`, bits 8-63 `spin_ns`.
-#[derive(Debug, Clone, Copy, Default)]
-struct Run {
-    /// The current wait's spin budget (0: it did not spin, or it ended:
-    /// nothing to learn from it).
-    spin_ns: u64,
-    /// The path whose budget it uses.
-    spin_path: Path,
-    /// It spins the full budget to re-learn.
-    probing: bool,
-    /// Path of the last message that ended a classified wait.
-    last_path: Option<Path>,
-}
-
-/// Largest budget a Run holds (2^56 - 1 ns, over two years).
-const SPIN_NS_MAX: u64 = u64::MAX >> 8;
-
-fn path_of(bit: u64) -> Path {
-    if bit & 1 == 0 {
-        Path::Shm
-    } else {
+fn path_of(v: u8) -> Path {
+    if v == Path::Tcp as u8 {
         Path::Tcp
-    }
-}
-
-impl Run {
-    fn load(w: &AtomicU64) -> Run {
-        let v = w.load(Relaxed);
-        Run {
-            spin_ns: v >> 8,
-            spin_path: path_of(v >> 2),
-            probing: v >> 3 & 1 != 0,
-            last_path: (v & 3 != 0).then(|| path_of((v & 3) - 1)),
-        }
-    }
-
-    fn store(self, w: &AtomicU64) {
-        let last = self.last_path.map_or(0, |p| p as u64 + 1);
-        let v = self.spin_ns.min(SPIN_NS_MAX) << 8 | (self.probing as u64) << 3 | (self.spin_path as u64) << 2 | last;
-        w.store(v, Relaxed);
+    } else {
+        Path::Shm
     }
 }
 
@@ -156,45 +107,59 @@ fn count(c: &AtomicU64) {
     c.store(c.load(Relaxed) + 1, Relaxed);
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Learner {
-    /// A `Run`.
-    run: AtomicU64,
-    /// A `PathState` per path.
-    paths: [AtomicU64; 2],
-    /// Per path: spins paid, spins vain, probes.
-    counts: [[AtomicU64; 3]; 2],
+    paths: [PathState; 2],
+    /// Path of the last message that ended a classified wait, or NO_PATH.
+    last_path: AtomicU8,
+    // The current wait.
+    /// Its spin budget (0: it did not spin, or it ended; nothing to learn
+    /// from it).
+    spin_ns: AtomicU64,
+    /// The path whose budget it uses.
+    spin_path: AtomicU8,
+    /// It spins the full budget to re-learn.
+    probing: AtomicBool,
 }
 
-const PAID: usize = 0;
-const VAIN: usize = 1;
-const PROBES: usize = 2;
+impl Default for Learner {
+    fn default() -> Learner {
+        Learner {
+            paths: Default::default(),
+            last_path: AtomicU8::new(NO_PATH),
+            spin_ns: AtomicU64::new(0),
+            spin_path: AtomicU8::new(Path::Shm as u8),
+            probing: AtomicBool::new(false),
+        }
+    }
+}
 
 impl Learner {
     /// A wait begins.  `full_ns` is the longest spin; `only_path` the path
     /// every peer uses, if they all use one.  Returns how long to spin
     /// before sleeping (`u64::MAX`: never sleep).
+    #[inline]
     pub(crate) fn begin(&self, mode: WaitMode, full_ns: u64, only_path: Option<Path>) -> u64 {
-        let mut run = Run::load(&self.run);
-        run.probing = false;
+        self.probing.store(false, Relaxed);
         if mode != WaitMode::Adaptive {
-            run.spin_ns = 0;
-            run.store(&self.run);
+            self.spin_ns.store(0, Relaxed);
             return if mode == WaitMode::Poll { u64::MAX } else { 0 };
         }
-        let p = run.last_path.unwrap_or(if only_path == Some(Path::Tcp) { Path::Tcp } else { Path::Shm });
-        run.spin_path = p;
-        let mut l = PathState::load(&self.paths[p as usize]);
-        let full_ns = full_ns.min(SPIN_NS_MAX);
-        run.spin_ns = if !l.short_spin {
+        let p = match self.last_path.load(Relaxed) {
+            NO_PATH => only_path.unwrap_or(Path::Shm),
+            v => path_of(v),
+        };
+        self.spin_path.store(p as u8, Relaxed);
+        let l = &self.paths[p as usize];
+        let spin_ns = if !l.short_spin.load(Relaxed) {
             full_ns
-        } else if l.until_probe <= 1 {
-            run.probing = true;
-            count(&self.counts[p as usize][PROBES]);
-            l.until_probe = l.probe_gap;
+        } else if l.until_probe.load(Relaxed) <= 1 {
+            self.probing.store(true, Relaxed);
+            count(&l.probes);
+            l.until_probe.store(l.probe_gap.load(Relaxed), Relaxed);
             full_ns
         } else {
-            l.until_probe -= 1;
+            l.until_probe.store(l.until_probe.load(Relaxed) - 1, Relaxed);
             // Over TCP a spin starves the packet it waits for: sleep at
             // once.  Over shared memory spin about as long as a wake-up
             // costs, to catch the short waits among long ones.
@@ -204,83 +169,88 @@ impl Learner {
                 SPIN_PAYS_NS
             }
         };
-        if l.short_spin {
-            l.store(&self.paths[p as usize]);
-        }
-        run.store(&self.run);
-        run.spin_ns
+        self.spin_ns.store(spin_ns, Relaxed);
+        spin_ns
     }
 
     /// The wait begun last ended with a message.  `path` names the path
     /// that delivered it; it is asked only if the wait teaches something.
     /// `yields`: the waiter yielded the CPU on each pass of its spin.
+    #[inline(always)]
     pub(crate) fn end(&self, ended: Ended, yields: bool, path: impl FnOnce(Path) -> Path) {
-        let mut run = Run::load(&self.run);
-        if run.spin_ns == 0 {
+        let spin_ns = self.spin_ns.load(Relaxed);
+        if spin_ns == 0 {
             return;
         }
-        match ended {
+        let spin_path = path_of(self.spin_path.load(Relaxed));
+        let p = match ended {
             // Yielding, spinning goes on whatever happens: a wait that
             // ended awake says nothing (and costs no look at the path).
-            Ended::Awake { .. } if yields => {}
+            Ended::Awake { .. } if yields => {
+                self.spin_ns.store(0, Relaxed);
+                return;
+            }
             Ended::Awake { waited_ns } => {
-                let pays = if run.spin_path == Path::Tcp { SPIN_PAYS_NS } else { run.spin_ns };
-                let p = path(run.spin_path);
+                let pays = if spin_path == Path::Tcp { SPIN_PAYS_NS } else { spin_ns };
+                let p = path(spin_path);
                 if waited_ns <= pays {
                     self.paid(p);
                 } else {
-                    self.vain(p, run.probing, false);
+                    self.vain(p, false);
                 }
-                run.last_path = Some(p);
+                p
             }
             Ended::Woken => {
-                let p = path(run.spin_path);
-                self.vain(p, run.probing, yields);
-                run.last_path = Some(p);
+                let p = path(spin_path);
+                self.vain(p, yields);
+                p
             }
-        }
-        run.spin_ns = 0;
-        run.store(&self.run);
+        };
+        self.last_path.store(p as u8, Relaxed);
+        self.spin_ns.store(0, Relaxed);
     }
 
     /// Spinning pays on path `p`.
     fn paid(&self, p: Path) {
-        count(&self.counts[p as usize][PAID]);
-        let mut l = PathState::load(&self.paths[p as usize]);
-        l.misses = 0;
-        l.short_spin = false;
-        l.store(&self.paths[p as usize]);
+        let l = &self.paths[p as usize];
+        count(&l.spins_paid);
+        l.misses.store(0, Relaxed);
+        l.short_spin.store(false, Relaxed);
     }
 
-    /// A wait for path `p` spun in vain (`probing`: it was a probe).
-    fn vain(&self, p: Path, probing: bool, yields: bool) {
-        count(&self.counts[p as usize][VAIN]);
+    /// A wait for path `p` spun in vain.
+    fn vain(&self, p: Path, yields: bool) {
+        let l = &self.paths[p as usize];
+        count(&l.spins_vain);
         if yields {
             return;
         }
-        let mut l = PathState::load(&self.paths[p as usize]);
-        if !l.short_spin {
-            l.misses += 1;
-            if l.misses >= SPIN_MISSES {
-                l.short_spin = true;
-                l.misses = 0;
-                l.probe_gap = PROBE_GAP_MIN;
-                l.until_probe = l.probe_gap;
+        if !l.short_spin.load(Relaxed) {
+            let misses = l.misses.load(Relaxed) + 1;
+            if misses >= SPIN_MISSES {
+                l.short_spin.store(true, Relaxed);
+                l.misses.store(0, Relaxed);
+                l.probe_gap.store(PROBE_GAP_MIN, Relaxed);
+                l.until_probe.store(PROBE_GAP_MIN, Relaxed);
+            } else {
+                l.misses.store(misses, Relaxed);
             }
-        } else if probing && l.probe_gap < PROBE_GAP_MAX {
-            l.probe_gap *= 2;
-            l.until_probe = l.probe_gap;
+        } else if self.probing.load(Relaxed) {
+            let gap = l.probe_gap.load(Relaxed);
+            if gap < PROBE_GAP_MAX {
+                l.probe_gap.store(gap * 2, Relaxed);
+                l.until_probe.store(gap * 2, Relaxed);
+            }
         }
-        l.store(&self.paths[p as usize]);
     }
 
     pub(crate) fn stats(&self, p: Path) -> PathStats {
-        let c = &self.counts[p as usize];
+        let l = &self.paths[p as usize];
         PathStats {
-            spins_paid: c[PAID].load(Relaxed),
-            spins_vain: c[VAIN].load(Relaxed),
-            probes: c[PROBES].load(Relaxed),
-            short_spin: PathState::load(&self.paths[p as usize]).short_spin,
+            spins_paid: l.spins_paid.load(Relaxed),
+            spins_vain: l.spins_vain.load(Relaxed),
+            probes: l.probes.load(Relaxed),
+            short_spin: l.short_spin.load(Relaxed),
         }
     }
 }

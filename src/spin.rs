@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Bits of `Inner::connected_paths`.
 pub(crate) const SHM_PEERS: u32 = 1;
 pub(crate) const TCP_PEERS: u32 = 2;
+const SHM_PEERS_AND_TCP_PEERS: u32 = SHM_PEERS | TCP_PEERS;
 
 /// A window's learner, and the receive counters at the end of the last
 /// wait whose message path it had to find out.
@@ -39,12 +40,14 @@ impl Inner {
     }
 
     /// A wait on `window` begins: how long it spins before it sleeps.
+    #[inline]
     pub(crate) fn spin_begin(&self, window: u32, mode: WaitMode) -> u64 {
         let full = self.cfg.spin_us as u64 * 1000;
         self.windows[window as usize].spin.learner.begin(mode, full, self.only_path())
     }
 
     /// The wait begun last on `window` ended with a message.
+    #[inline(always)]
     pub(crate) fn spin_end(&self, window: u32, ended: Ended, yields: bool) {
         let s = &self.windows[window as usize].spin;
         s.learner.end(ended, yields, |_| self.delivered_path(s));
@@ -53,12 +56,17 @@ impl Inner {
     /// The path of the message(s) that ended a wait: the one every peer
     /// uses, or else the one whose receive counter alone moved since the
     /// last time this was asked (both or neither: shared memory).
+    #[inline(always)]
     fn delivered_path(&self, s: &WindowSpin) -> Path {
         match self.connected_paths.load(Ordering::Relaxed) {
-            TCP_PEERS => return Path::Tcp,
-            p if p != SHM_PEERS | TCP_PEERS => return Path::Shm,
-            _ => {}
+            TCP_PEERS => Path::Tcp,
+            SHM_PEERS_AND_TCP_PEERS => self.path_by_counters(s),
+            _ => Path::Shm,
         }
+    }
+
+    #[inline(never)]
+    fn path_by_counters(&self, s: &WindowSpin) -> Path {
         let shm: u64 = self.windows.iter().map(|w| w.shm_received.get()).sum();
         let tcp = self.counters.tcp_received.load(Ordering::Relaxed);
         let (shm_seen, tcp_seen) = (s.shm_seen.load(Ordering::Relaxed), s.tcp_seen.load(Ordering::Relaxed));
@@ -83,6 +91,7 @@ impl Endpoint {
 
     /// The wait begun last on `window` ended with a message (see `Ended`);
     /// `yields`: the caller yielded the CPU on each pass of its spin.
+    #[inline(always)]
     pub(crate) fn spin_end(&self, window: u32, ended: Ended, yields: bool) -> Result<()> {
         self.inner.check_window(window)?;
         self.inner.spin_end(window, ended, yields);
