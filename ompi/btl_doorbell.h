@@ -125,6 +125,10 @@ typedef struct mca_btl_doorbell_module_t {
     uint64_t run_passes;              /* idle passes of this run (paces clock reads) */
     uint64_t idle_since_ns;           /* start of this idle run; 0: not idle */
     uint64_t spin_ns;                 /* this idle run's spin before sleeping (doorbell_spin_begin) */
+    uint32_t spin_lesson;             /* how the last run ended, not yet told to the core's
+                                       * learner: DOORBELL_SPIN_ENDED_*, 0 none */
+    uint32_t spin_lesson_flags;       /* DOORBELL_SPIN_YIELDS or 0 */
+    uint64_t spin_lesson_ns;          /* its time from start to end */
     bool sleep_checked;               /* other BTLs inspected */
     bool sleep_allowed;               /* false if another BTL needs our progress loop */
     bool finalizing;
@@ -227,6 +231,18 @@ void mca_btl_doorbell_idle_uninstall(void);
 void mca_btl_doorbell_idle_note_pass(mca_btl_doorbell_module_t *module, int events);
 /* Module init: reset the sleep state. */
 void mca_btl_doorbell_idle_reset(mca_btl_doorbell_module_t *module);
+/* How the last run ended waits to be told to the core's learner until the
+ * rank is idle again (off the way from the message to the MPI call's
+ * return), or until anything else is delivered: the learner finds the
+ * message's path from the receive counters, which must not have moved.
+ * Call before every delivery and before reading the learner. */
+void mca_btl_doorbell_idle_tell(mca_btl_doorbell_module_t *module);
+static inline void mca_btl_doorbell_idle_teach(mca_btl_doorbell_module_t *module)
+{
+    if (OPAL_UNLIKELY(0 != module->spin_lesson)) {
+        mca_btl_doorbell_idle_tell(module);
+    }
+}
 
 /* ---- component helpers (btl_doorbell_component.c) ---- */
 

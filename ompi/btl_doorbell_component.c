@@ -980,6 +980,7 @@ static __attribute__((noinline)) int full_pass(mca_btl_doorbell_module_t *module
      * thread-local bookkeeping (~90 instructions a pass). */
     bool batch = 0 != (module->paths_seen & (1u << MCA_BTL_DOORBELL_PATH_TCP));
 
+    mca_btl_doorbell_idle_teach(module);
     if (batch) {
         (void) doorbell_batch_begin();
     }
@@ -1031,6 +1032,7 @@ static __attribute__((noinline)) int full_pass(mca_btl_doorbell_module_t *module
  * ranks on 2 cores.  Called with progress_busy held; releases it. */
 static __attribute__((noinline)) int local_pass(mca_btl_doorbell_module_t *module)
 {
+    mca_btl_doorbell_idle_teach(module);
     int count = doorbell_progress_local(module->core, MCA_BTL_DOORBELL_WINDOW,
                                         mca_btl_doorbell_recv_cb, module);
 

@@ -329,6 +329,7 @@ static void drain_endpoint(mca_btl_doorbell_module_t *module, mca_btl_doorbell_e
 
     while (ep->npending && !ep->lost && mca_btl_doorbell_now_ns() < deadline) {
         (void) mca_btl_doorbell_retry_pending(module);
+        mca_btl_doorbell_idle_teach(module);
         (void) doorbell_progress(module->core, MCA_BTL_DOORBELL_WINDOW,
                                  deliver ? mca_btl_doorbell_recv_cb : discard_cb, module, NULL);
         (void) mca_btl_doorbell_drain_completed(module);
@@ -378,6 +379,7 @@ static void report_counters(mca_btl_doorbell_module_t *module)
     doorbell_counters k;
     int rc;
 
+    mca_btl_doorbell_idle_teach(module);
     memset(&k, 0, sizeof(k));
     rc = doorbell_counters_get(module->core, &k);
     if (DOORBELL_OK != rc) {

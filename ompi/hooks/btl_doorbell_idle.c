@@ -22,7 +22,10 @@
  *     from the core's spin/sleep learner (doorbell_spin_begin), which
  *     learns per path (shm, tcp) whether spinning pays; each run that
  *     spun and ended in work tells it how (doorbell_spin_end): while it
- *     spun, or after a sleep;
+ *     spun, or after a sleep.  It tells it later, when the rank is idle
+ *     again or before the next delivery (mca_btl_doorbell_idle_teach), so
+ *     the call is not between the message and the return of the MPI call
+ *     that waited for it;
  *   - when it does not sleep it calls sched_yield only if Open MPI itself
  *     asked for yields (mpi_yield_when_idle, which mpirun sets for
  *     oversubscribed jobs), so a spinning rank gives its core away exactly
@@ -140,6 +143,7 @@ void mca_btl_doorbell_idle_reset(mca_btl_doorbell_module_t *module)
     module->run_serial = 0;
     module->run_passes = 0;
     module->spin_ns = 0;
+    module->spin_lesson = 0;
     module->idle_sleeps = 0;
     module->paths_seen = 0;
 }
@@ -155,11 +159,28 @@ static uint32_t spin_flags(void)
     return ompi_wants_yield() ? DOORBELL_SPIN_YIELDS : 0;
 }
 
+/* The run that spun ended as `how`: keep it for mca_btl_doorbell_idle_teach. */
+static void keep_lesson(mca_btl_doorbell_module_t *m, uint32_t how, uint64_t waited_ns)
+{
+    m->spin_lesson = how;
+    m->spin_lesson_ns = waited_ns;
+    m->spin_lesson_flags = spin_flags();
+}
+
+/* The out-of-line part of mca_btl_doorbell_idle_teach. */
+void mca_btl_doorbell_idle_tell(mca_btl_doorbell_module_t *m)
+{
+    (void) doorbell_spin_end(m->core, MCA_BTL_DOORBELL_WINDOW, m->spin_lesson, m->spin_lesson_ns,
+                             m->spin_lesson_flags);
+    m->spin_lesson = 0;
+}
+
 /* A new run of idle points: how long it spins before it sleeps. */
 static void start_run(mca_btl_doorbell_module_t *m, uint64_t now)
 {
     uint64_t spin_ns;
 
+    mca_btl_doorbell_idle_teach(m);
     m->idle_since_ns = now;
     if (DOORBELL_OK != doorbell_spin_begin(m->core, MCA_BTL_DOORBELL_WINDOW,
                                            (uint32_t) mca_btl_doorbell_component.wait_mode,
@@ -181,8 +202,7 @@ void mca_btl_doorbell_idle_note_pass(mca_btl_doorbell_module_t *m, int events)
          * would sit between the message and the return of the MPI call
          * that waited for it. */
         if (m->spin_ns > 0) {
-            (void) doorbell_spin_end(m->core, MCA_BTL_DOORBELL_WINDOW, DOORBELL_SPIN_ENDED_AWAKE,
-                                     m->last_idle_ns - m->idle_since_ns, spin_flags());
+            keep_lesson(m, DOORBELL_SPIN_ENDED_AWAKE, m->last_idle_ns - m->idle_since_ns);
         }
         m->idle_since_ns = 0;
         m->idle_sleeps = 0;
@@ -218,14 +238,14 @@ static void sleep_once(mca_btl_doorbell_module_t *m)
     if (sleep_us > mca_btl_doorbell_component.sleep_max_us) {
         sleep_us = mca_btl_doorbell_component.sleep_max_us;
     }
+    mca_btl_doorbell_idle_teach(m); /* before the wait delivers anything */
     m->sleeps++;
     rc = doorbell_wait(m->core, MCA_BTL_DOORBELL_WINDOW, DOORBELL_WAIT_BLOCK, (int64_t) sleep_us,
                        mca_btl_doorbell_recv_cb, m, &wake);
     if (rc > 0) {
         if (m->spin_ns > 0) {
             /* it spun its whole budget in vain */
-            (void) doorbell_spin_end(m->core, MCA_BTL_DOORBELL_WINDOW, DOORBELL_SPIN_ENDED_WOKEN, 0,
-                                     spin_flags());
+            keep_lesson(m, DOORBELL_SPIN_ENDED_WOKEN, 0);
         }
         m->idle_since_ns = 0; /* the run is over */
         m->idle_sleeps = 0;
