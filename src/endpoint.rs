@@ -106,8 +106,6 @@ pub(crate) struct Inner {
     windows_opened: AtomicU32,
     /// The FLIH thread failed (flih.rs): progress and wait report it.
     pub(crate) flih_failed: AtomicBool,
-    /// Paths of the peers `connect` registered (spin.rs: SHM_PEERS, TCP_PEERS).
-    pub(crate) connected_paths: AtomicU32,
     pub(crate) cfg: Config,
     pub(crate) job_hash: u64,
     pub(crate) me: Address,
@@ -146,6 +144,9 @@ pub(crate) struct Inner {
     /// Bytes in those messages not yet in a queue (to see a stream move).
     pub(crate) backlog_bytes: AtomicU64,
     pub(crate) parker: SharedFutex,
+    /// Paths of the peers `connect` registered (spin.rs: SHM_PEERS,
+    /// TCP_PEERS); read once per wait, so last.
+    pub(crate) connected_paths: AtomicU32,
 }
 
 pub struct Endpoint {
