@@ -677,9 +677,12 @@ int doorbell_spin_begin(struct doorbell_endpoint *ep, uint32_t window, uint32_t 
  began; a recent clock read will do) or DOORBELL_SPIN_ENDED_WOKEN
  (`waited_ns` is ignored); `flags` 0 or DOORBELL_SPIN_YIELDS.  The
  learner finds the path that delivered from the endpoint's receive
- counters.  A wait that ends for no work (a timeout, a notify, a lost
- peer) needs no call.  Thread use as doorbell_spin_begin.  Errors:
- INVALID_ARGUMENT (NULL ep, unknown how or flags), UNKNOWN_WINDOW.
+ counters, so the call may wait (until the caller is idle again, off the
+ way from the message to its user) but must come before anything else
+ is delivered and before the next doorbell_spin_begin.  A wait that ends
+ for no work (a timeout, a notify, a lost peer) needs no call.  Thread
+ use as doorbell_spin_begin.  Errors: INVALID_ARGUMENT (NULL ep, unknown
+ how or flags), UNKNOWN_WINDOW.
  */
 int doorbell_spin_end(struct doorbell_endpoint *ep, uint32_t window, uint32_t how, uint64_t waited_ns, uint32_t flags);
 

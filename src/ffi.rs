@@ -858,9 +858,12 @@ pub unsafe extern "C" fn doorbell_spin_begin(ep: *mut doorbell_endpoint, window:
 /// began; a recent clock read will do) or DOORBELL_SPIN_ENDED_WOKEN
 /// (`waited_ns` is ignored); `flags` 0 or DOORBELL_SPIN_YIELDS.  The
 /// learner finds the path that delivered from the endpoint's receive
-/// counters.  A wait that ends for no work (a timeout, a notify, a lost
-/// peer) needs no call.  Thread use as doorbell_spin_begin.  Errors:
-/// INVALID_ARGUMENT (NULL ep, unknown how or flags), UNKNOWN_WINDOW.
+/// counters, so the call may wait (until the caller is idle again, off the
+/// way from the message to its user) but must come before anything else
+/// is delivered and before the next doorbell_spin_begin.  A wait that ends
+/// for no work (a timeout, a notify, a lost peer) needs no call.  Thread
+/// use as doorbell_spin_begin.  Errors: INVALID_ARGUMENT (NULL ep, unknown
+/// how or flags), UNKNOWN_WINDOW.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_spin_end(ep: *mut doorbell_endpoint, window: u32, how: u32, waited_ns: u64, flags: u32) -> c_int {
     guard(|| {
