@@ -125,7 +125,9 @@
 #define DOORBELL_WAIT_BLOCK 2
 
 /*
- Spin for spin_us, then block.
+ Spin for up to spin_us, then block.  The window's spin/sleep learner
+ shortens the spin on a path where spinning has not paid lately (see
+ doorbell_spin_begin).
  */
 #define DOORBELL_WAIT_ADAPTIVE 3
 
@@ -157,6 +159,37 @@
  window, with return value 0.  A death is DOORBELL_WOKE_PEER_LOST.
  */
 #define DOORBELL_WOKE_PEER_CLOSED 5
+
+/*
+ A peer reached over shared memory (doorbell_peer_path's answer; a path
+ of doorbell_spin_stats_get).
+ */
+#define DOORBELL_PATH_SHM 1
+
+/*
+ A peer reached over TCP (as DOORBELL_PATH_SHM).
+ */
+#define DOORBELL_PATH_TCP 2
+
+/*
+ doorbell_spin_end: work arrived while the waiter was awake (during its
+ spin, or between sleeps that timed out).
+ */
+#define DOORBELL_SPIN_ENDED_AWAKE 1
+
+/*
+ doorbell_spin_end: work arrived after the waiter's spin, and it slept
+ (or was about to).
+ */
+#define DOORBELL_SPIN_ENDED_WOKEN 2
+
+/*
+ doorbell_spin_end flag: the waiter yields the CPU on every pass of its
+ spin (more runnable processes than CPUs): spinning then costs the others
+ little, and a sleeper's wake-up would wait for a CPU, so it keeps
+ spinning, and a wait that ended awake teaches nothing.
+ */
+#define DOORBELL_SPIN_YIELDS 1
 
 /*
  Longest address blob doorbell_address() produces.
@@ -225,7 +258,7 @@ typedef struct doorbell_config {
    */
   uint32_t wait_mode;
   /*
-   Adaptive mode spins this long before sleeping; 0: 50.
+   Adaptive mode spins at most this long before sleeping; 0: 50.
    */
   uint32_t spin_us;
   /*
@@ -309,6 +342,29 @@ typedef struct doorbell_read_result {
   uint64_t cookie;
   int32_t status;
 } doorbell_read_result;
+
+/*
+ What the spin/sleep learner of a window knows of one path.
+ */
+typedef struct doorbell_spin_stats {
+  /*
+   Waits that ended during their full spin: spinning paid.
+   */
+  uint64_t spins_paid;
+  /*
+   Waits that spun their budget in vain (then slept, or spun on too long).
+   */
+  uint64_t spins_vain;
+  /*
+   Full spins tried while spinning did not pay, to re-learn.
+   */
+  uint64_t probes;
+  /*
+   1: waits predicted for this path spin short now (over TCP not at
+   all); 0: they spin the full budget.
+   */
+  uint32_t short_spin;
+} doorbell_spin_stats;
 
 /*
  A snapshot of the counters.
@@ -434,8 +490,9 @@ int doorbell_address(const struct doorbell_endpoint *ep, uint8_t *buf, size_t *l
 int doorbell_connect(struct doorbell_endpoint *ep, const uint8_t *blob, size_t len, uint32_t *task_out);
 
 /*
- 1 if `task` is reached over shared memory (every same-node task, unless
- force_tcp), 2 over TCP; UNKNOWN_TASK.
+ DOORBELL_PATH_SHM (1) if `task` is reached over shared memory (every
+ same-node task, unless force_tcp), DOORBELL_PATH_TCP (2) over TCP;
+ UNKNOWN_TASK.
  */
 int doorbell_peer_path(const struct doorbell_endpoint *ep, uint32_t task);
 
@@ -584,6 +641,50 @@ int doorbell_reads_done(struct doorbell_endpoint *ep, uint32_t window, struct do
  that waits for reads counts it as activity, not idleness.
  */
 int doorbell_reads_moved(struct doorbell_endpoint *ep);
+
+/*
+ The spin/sleep learner of `window`, for a caller that runs its own wait
+ loop (it polls, and sleeps with doorbell_wait(DOORBELL_WAIT_BLOCK)):
+ doorbell_wait in adaptive mode uses the same learner by itself.
+
+ A wait on `window` begins (the caller found nothing to do): `*spin_ns`
+ gets how many nanoseconds to spin before sleeping.  Mode
+ DOORBELL_WAIT_* (DEFAULT: the endpoint's): POLL never sleeps
+ (UINT64_MAX), BLOCK sleeps at once (0), ADAPTIVE spins up to the
+ endpoint's spin_us,
+ less on a path (that of the last message) where spinning has not paid
+ lately, probing now and then.  Call it once per wait, and
+ doorbell_spin_end when work ends the wait.  A window's learner is meant
+ for the one thread that waits on the window; any thread may call it
+ (no lock, no locked instruction, no syscall, no clock read), but waits
+ on one window by several threads at once may lose each other's lessons.
+ Errors: INVALID_ARGUMENT (NULL ep or spin_ns, unknown mode),
+ UNKNOWN_WINDOW.
+ */
+int doorbell_spin_begin(struct doorbell_endpoint *ep, uint32_t window, uint32_t mode, uint64_t *spin_ns);
+
+/*
+ The wait that doorbell_spin_begin began last on `window` ended because
+ work arrived (a message, a completion): `how` is
+ DOORBELL_SPIN_ENDED_AWAKE (then `waited_ns` is the time since the wait
+ began; a recent clock read will do) or DOORBELL_SPIN_ENDED_WOKEN
+ (`waited_ns` is ignored); `flags` 0 or DOORBELL_SPIN_YIELDS.  The
+ learner finds the path that delivered from the endpoint's receive
+ counters, so the call may wait (until the caller is idle again, off the
+ way from the message to its user) but must come before anything else
+ is delivered and before the next doorbell_spin_begin.  A wait that ends
+ for no work (a timeout, a notify, a lost peer) needs no call.  Thread
+ use as doorbell_spin_begin.  Errors: INVALID_ARGUMENT (NULL ep, unknown
+ how or flags), UNKNOWN_WINDOW.
+ */
+int doorbell_spin_end(struct doorbell_endpoint *ep, uint32_t window, uint32_t how, uint64_t waited_ns, uint32_t flags);
+
+/*
+ Copy what `window`'s spin/sleep learner knows of `path`
+ (DOORBELL_PATH_SHM or DOORBELL_PATH_TCP) into `*out`.  Errors:
+ INVALID_ARGUMENT (NULL ep or out, unknown path), UNKNOWN_WINDOW.
+ */
+int doorbell_spin_stats_get(const struct doorbell_endpoint *ep, uint32_t window, uint32_t path, struct doorbell_spin_stats *out);
 
 /*
  Copy the endpoint's counters into `*out`.

@@ -38,7 +38,9 @@
 #                   doorbell jobs may run beside the suite, a developer's or a test's)
 #   MPICC_FLAGS     extra mpicc flags for the C programs, word-split ("";
 #                   scripts/asan.sh: -fsanitize=address)
-#   PRELOAD_FIRST   libraries put before libdoorbell.so in the LD_PRELOAD run
+#   PRELOAD_LIB     what the LD_PRELOAD run preloads to select doorbell
+#                   (<repo>/target/ompi/libdoorbell-ompi.so, made by make -C ompi)
+#   PRELOAD_FIRST   libraries put before PRELOAD_LIB in the LD_PRELOAD run
 #                   ("" ; scripts/asan.sh: the ASan runtime, which must come first)
 set -euo pipefail
 
@@ -50,6 +52,7 @@ MPIRUN_HOSTS=${MPIRUN_HOSTS:-}
 MPIRUN_EXTRA=${MPIRUN_EXTRA:-}
 MPICC_FLAGS=${MPICC_FLAGS:-}
 PRELOAD_FIRST=${PRELOAD_FIRST:-}
+PRELOAD_LIB=${PRELOAD_LIB:-$ROOT/target/ompi/libdoorbell-ompi.so}
 if [[ -n $MPIRUN_HOSTS ]]; then REF_BTL=${REF_BTL:-self,vader,tcp}; else REF_BTL=${REF_BTL:-self,vader}; fi
 FORCE_TCP_PASS=${FORCE_TCP_PASS:-1}
 IDLE_CPU_LIMIT=${IDLE_CPU_LIMIT:-5}
@@ -296,8 +299,12 @@ for variant in "${VARIANTS[@]}"; do
                     run_mpi "$p threads np=$np $vt $mode" "$np" "$BTL" "$variant" "^$p: OK" \
                         --mca btl_doorbell_wait_mode $mode "$BIN/$p" threads || true
                 done
-                run_mpi "$p np=$np $vt LD_PRELOAD" "$np" "$BTL" "$variant" "^$p: OK" \
-                    -x LD_PRELOAD="${PRELOAD_FIRST:+$PRELOAD_FIRST:}$ROOT/target/release/libdoorbell.so" --mca osc pt2pt "$BIN/$p" || true
+                if [[ ! -f $PRELOAD_LIB ]]; then
+                    fail "$p np=$np $vt LD_PRELOAD" "$PRELOAD_LIB missing (make -C ompi)"
+                else
+                    run_mpi "$p np=$np $vt LD_PRELOAD" "$np" "$BTL" "$variant" "^$p: OK" \
+                        -x LD_PRELOAD="${PRELOAD_FIRST:+$PRELOAD_FIRST:}$PRELOAD_LIB" --mca osc pt2pt "$BIN/$p" || true
+                fi
             fi
             if [[ $p == idle_cpu ]]; then
                 IDLE_FIG["$np $variant"]=$(grep -Eo 'IDLE_CPU max=[0-9.]+%' "$RUN_LOG" | sed 's/IDLE_CPU //' || echo "max=?")

@@ -26,8 +26,8 @@ BEGIN_C_DECLS
 #define MCA_BTL_DOORBELL_WINDOW 0
 
 /* doorbell_peer_path's answers: a peer over shared memory or over TCP. */
-#define MCA_BTL_DOORBELL_PATH_SHM 1
-#define MCA_BTL_DOORBELL_PATH_TCP 2
+#define MCA_BTL_DOORBELL_PATH_SHM DOORBELL_PATH_SHM
+#define MCA_BTL_DOORBELL_PATH_TCP DOORBELL_PATH_TCP
 
 /* Progress calls closer together than this are a wait loop (MPI_Wait,
  * MPI_Recv, a tight MPI_Test loop); farther apart, the caller computes
@@ -78,15 +78,6 @@ typedef struct mca_btl_doorbell_component_t {
 
 OPAL_MODULE_DECLSPEC extern mca_btl_doorbell_component_t mca_btl_doorbell_component;
 
-/* Adaptive mode: does spinning pay on a path?  See btl_doorbell_idle.c. */
-typedef struct {
-    unsigned int misses;     /* consecutive waits that spun in vain, then slept */
-    bool short_spin;         /* spinning does not pay here: sleep at once */
-    unsigned int probe_gap;  /* waits between two full-spin probes */
-    unsigned int until_probe;
-    uint64_t spins_paid, spins_vain, probes;  /* for the verbose report */
-} mca_btl_doorbell_spin_learner_t;
-
 /* The component offers two modules over one core, as Open MPI pairs
  * vader with tcp: the shm module reaches same-node peers (small eager
  * limit, single-copy GET for larger messages), the TCP module the others
@@ -128,7 +119,7 @@ typedef struct mca_btl_doorbell_module_t {
     opal_list_t pending_endpoints;
     volatile int32_t npending;
 
-    /* ---- progress / sleep state (btl_doorbell_idle.c) ---- */
+    /* ---- progress / sleep state (hooks/btl_doorbell_idle.c) ---- */
     volatile int32_t progress_busy;   /* one progress (or sleep) at a time */
     volatile int32_t send_activity;   /* set by senders, consumed by progress */
     uint64_t progress_calls;          /* our progress callback's calls */
@@ -137,17 +128,16 @@ typedef struct mca_btl_doorbell_module_t {
     uint64_t run_serial;              /* the blocking MPI call this run belongs to */
     uint64_t run_passes;              /* idle passes of this run (paces clock reads) */
     uint64_t idle_since_ns;           /* start of this idle run; 0: not idle */
-    uint64_t spin_ns;                 /* this idle run's spin before sleeping */
-    int spin_path;                    /* path whose spin budget this run uses */
-    bool probing;                     /* this run spins the full budget to re-learn */
+    uint64_t spin_ns;                 /* this idle run's spin before sleeping (doorbell_spin_begin) */
+    uint32_t spin_lesson;             /* how the last run ended, not yet told to the core's
+                                       * learner: DOORBELL_SPIN_ENDED_*, 0 none */
+    uint32_t spin_lesson_flags;       /* DOORBELL_SPIN_YIELDS or 0 */
+    uint64_t spin_lesson_ns;          /* its time from start to end */
     bool sleep_checked;               /* other BTLs inspected */
     bool sleep_allowed;               /* false if another BTL needs our progress loop */
     bool finalizing;
     unsigned int idle_sleeps;         /* consecutive idle sleeps: the next is 2^n times longer */
     unsigned int paths_seen;          /* bit PATH_SHM: a shm peer, bit PATH_TCP: a tcp peer */
-    int last_path;                    /* path of the last message delivered */
-    uint64_t rx_shm, rx_tcp;          /* core counters at the last wait's end */
-    mca_btl_doorbell_spin_learner_t learner[3]; /* per path (1 shm, 2 tcp) */
 
     /* glue-side counters for the verbose report */
     uint64_t sleeps;
@@ -238,7 +228,7 @@ int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_
                          int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
                          void *cbcontext, void *cbdata);
 
-/* ---- the idle point (btl_doorbell_idle.c) ---- */
+/* ---- the idle point (hooks/btl_doorbell_idle.c) ---- */
 
 /* Hook Open MPI's idle point (and request completions by other threads);
  * false if this Open MPI offers no such point (then the rank polls). */
@@ -248,6 +238,18 @@ void mca_btl_doorbell_idle_uninstall(void);
 void mca_btl_doorbell_idle_note_pass(mca_btl_doorbell_module_t *module, int events);
 /* Module init: reset the sleep state. */
 void mca_btl_doorbell_idle_reset(mca_btl_doorbell_module_t *module);
+/* How the last run ended waits to be told to the core's learner until the
+ * rank is idle again (off the way from the message to the MPI call's
+ * return), or until anything else is delivered: the learner finds the
+ * message's path from the receive counters, which must not have moved.
+ * Call before every delivery and before reading the learner. */
+void mca_btl_doorbell_idle_tell(mca_btl_doorbell_module_t *module);
+static inline void mca_btl_doorbell_idle_teach(mca_btl_doorbell_module_t *module)
+{
+    if (OPAL_UNLIKELY(0 != module->spin_lesson)) {
+        mca_btl_doorbell_idle_tell(module);
+    }
+}
 
 /* ---- component helpers (btl_doorbell_component.c) ---- */
 

@@ -3,7 +3,7 @@
  * The progress callback only polls: it delivers what arrived, runs
  * completions and retries queued sends.  Whether a rank sleeps is decided
  * at Open MPI's idle point, after every other progress source had its turn
- * (btl_doorbell_idle.c).
+ * (hooks/btl_doorbell_idle.c).
  */
 #include "opal_config.h"
 
@@ -717,6 +717,11 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
         const char *source;
         cfg.shm_dir = shm_dir(&source);
     }
+    /* Adaptive with no spin is block (given spin_us 0, the core would spin
+     * its default). */
+    if (DOORBELL_WAIT_ADAPTIVE == c->wait_mode && 0 == c->spin_us) {
+        c->wait_mode = DOORBELL_WAIT_BLOCK;
+    }
     cfg.wait_mode = (uint32_t) c->wait_mode;
     cfg.spin_us = c->spin_us;
     cfg.force_tcp = c->force_tcp ? 1 : 0;
@@ -975,6 +980,7 @@ static __attribute__((noinline)) int full_pass(mca_btl_doorbell_module_t *module
      * thread-local bookkeeping (~90 instructions a pass). */
     bool batch = 0 != (module->paths_seen & (1u << MCA_BTL_DOORBELL_PATH_TCP));
 
+    mca_btl_doorbell_idle_teach(module);
     if (batch) {
         (void) doorbell_batch_begin();
     }
@@ -1026,6 +1032,7 @@ static __attribute__((noinline)) int full_pass(mca_btl_doorbell_module_t *module
  * ranks on 2 cores.  Called with progress_busy held; releases it. */
 static __attribute__((noinline)) int local_pass(mca_btl_doorbell_module_t *module)
 {
+    mca_btl_doorbell_idle_teach(module);
     int count = doorbell_progress_local(module->core, MCA_BTL_DOORBELL_WINDOW,
                                         mca_btl_doorbell_recv_cb, module);
 

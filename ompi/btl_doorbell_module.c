@@ -331,6 +331,7 @@ static void drain_endpoint(mca_btl_doorbell_module_t *module, mca_btl_doorbell_e
 
     while (ep->npending && !ep->lost && mca_btl_doorbell_now_ns() < deadline) {
         (void) mca_btl_doorbell_retry_pending(module);
+        mca_btl_doorbell_idle_teach(module);
         (void) doorbell_progress(module->core, MCA_BTL_DOORBELL_WINDOW,
                                  deliver ? mca_btl_doorbell_recv_cb : discard_cb, module, NULL);
         (void) mca_btl_doorbell_drain_completed(module);
@@ -380,6 +381,7 @@ static void report_counters(mca_btl_doorbell_module_t *module)
     doorbell_counters k;
     int rc;
 
+    mca_btl_doorbell_idle_teach(module);
     memset(&k, 0, sizeof(k));
     rc = doorbell_counters_get(module->core, &k);
     if (DOORBELL_OK != rc) {
@@ -409,14 +411,17 @@ static void report_counters(mca_btl_doorbell_module_t *module)
                         (unsigned long long) module->sends_queued,
                         (unsigned long long) module->single_copy_reads,
                         (unsigned long long) module->tcp_reads);
-    for (int p = 1; p <= 2; ++p) {
-        const mca_btl_doorbell_spin_learner_t *l = &module->learner[p];
+    for (uint32_t p = DOORBELL_PATH_SHM; p <= DOORBELL_PATH_TCP; ++p) {
+        doorbell_spin_stats l;
+        if (DOORBELL_OK != doorbell_spin_stats_get(module->core, MCA_BTL_DOORBELL_WINDOW, p, &l)) {
+            continue;
+        }
         opal_output_verbose(1, c->output,
                             "btl doorbell: rank %u adaptive spin on %s: spins_paid=%llu "
                             "spins_vain=%llu probes=%llu now=%s",
-                            module->my_task, mca_btl_doorbell_path_name(p),
-                            (unsigned long long) l->spins_paid, (unsigned long long) l->spins_vain,
-                            (unsigned long long) l->probes, l->short_spin ? "sleep-at-once" : "spin");
+                            module->my_task, mca_btl_doorbell_path_name((int) p),
+                            (unsigned long long) l.spins_paid, (unsigned long long) l.spins_vain,
+                            (unsigned long long) l.probes, l.short_spin ? "sleep-at-once" : "spin");
     }
 
     for (uint32_t t = 0; t < module->npeers_alloc; ++t) {

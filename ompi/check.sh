@@ -55,7 +55,7 @@ if run build make -C "$TOP/ompi" CORE_LIB="$CORE_LIB" clean all && \
     else
         fail "core linked statically (doorbell_endpoint_create not inside the .so)"
     fi
-    # The wrappers of blocking MPI calls (btl_doorbell_blocking.c) read and
+    # The wrappers of blocking MPI calls (hooks/btl_doorbell_blocking.c) read and
     # write thread-locals on every such call, and the idle point on every
     # idle pass: through TLS descriptors (static TLS), not a call to
     # __tls_get_addr each time (3% of an oversubscribed rank's cycles).
@@ -135,11 +135,27 @@ if [ "$r" -eq 0 ]; then pass "single copy off: messages go through the ring"; el
 
 run exchange_env env OMPI_MCA_btl=self,doorbell "${MPIRUN[@]}" -np 2 "$WORK/btl_probe" exchange || true
 
-# LD_PRELOAD=libdoorbell.so selects doorbell with nothing on the command line:
+# LD_PRELOAD=libdoorbell-ompi.so selects doorbell with nothing on the command line:
 # no --mca btl here, and the finalize report proves doorbell carried the traffic.
-run exchange_preload env LD_PRELOAD="$TOP/target/release/libdoorbell.so" OMPI_MCA_btl_doorbell_verbose=1 \
+run exchange_preload env LD_PRELOAD="$TOP/target/ompi/libdoorbell-ompi.so" OMPI_MCA_btl_doorbell_verbose=1 \
     timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe -np 2 "$WORK/btl_probe" exchange || true
 grep_in exchange_preload "btl doorbell: rank 1 peer 0 path=shm" "LD_PRELOAD selects doorbell without --mca flags"
+# It sets Open MPI's selection variables unless the user did; the core
+# library (libdoorbell.so) sets none.
+preload_env() { # LIBRARY [VAR=VALUE]: what a preloaded program sees
+    env -u OMPI_MCA_btl -u OMPI_MCA_pml "${@:2}" LD_PRELOAD="$1" \
+        sh -c 'echo "${OMPI_MCA_btl-unset} ${OMPI_MCA_pml-unset}"'
+}
+got="$(preload_env "$TOP/target/ompi/libdoorbell-ompi.so")"
+if [ "$got" = "self,doorbell ob1" ]; then pass "libdoorbell-ompi.so sets btl and pml"; else
+    fail "libdoorbell-ompi.so sets btl and pml (got: $got)"; fi
+got="$(preload_env "$TOP/target/ompi/libdoorbell-ompi.so" OMPI_MCA_btl=self,vader)"
+if [ "$got" = "self,vader ob1" ]; then pass "libdoorbell-ompi.so keeps a btl the user chose"; else
+    fail "libdoorbell-ompi.so keeps a btl the user chose (got: $got)"; fi
+core_so="$(dirname "$CORE_LIB")/libdoorbell.so"
+got="$( [ -f "$core_so" ] && preload_env "$core_so" || echo "$core_so missing")"
+if [ "$got" = "unset unset" ]; then pass "the core library sets no OMPI_* variable"; else
+    fail "the core library sets no OMPI_* variable (got: $got)"; fi
 
 # ---- sleeping ---------------------------------------------------------------
 # Oversubscribed (Open MPI sets mpi_yield_when_idle; forced here so the check

@@ -16,6 +16,7 @@ use crate::net::remote_read::{ReadDone, ReadDst};
 pub use crate::sys::counters::doorbell_counters;
 use crate::sys::error::{Error, ALL};
 use crate::sys::limits::{MAX_TASKS, MAX_WINDOWS};
+use crate::endpoint::learner::{Ended, Path};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -70,7 +71,9 @@ pub const DOORBELL_WAIT_DEFAULT: u32 = 0;
 pub const DOORBELL_WAIT_POLL: u32 = 1;
 /// Arm, re-check, sleep on the window's doorbell.
 pub const DOORBELL_WAIT_BLOCK: u32 = 2;
-/// Spin for spin_us, then block.
+/// Spin for up to spin_us, then block.  The window's spin/sleep learner
+/// shortens the spin on a path where spinning has not paid lately (see
+/// doorbell_spin_begin).
 pub const DOORBELL_WAIT_ADAPTIVE: u32 = 3;
 
 /// Messages were delivered.
@@ -87,6 +90,24 @@ pub const DOORBELL_WOKE_TIMEOUT: u32 = 4;
 /// sent to this window was delivered before.  Reported once per peer and
 /// window, with return value 0.  A death is DOORBELL_WOKE_PEER_LOST.
 pub const DOORBELL_WOKE_PEER_CLOSED: u32 = 5;
+
+/// A peer reached over shared memory (doorbell_peer_path's answer; a path
+/// of doorbell_spin_stats_get).
+pub const DOORBELL_PATH_SHM: u32 = 1;
+/// A peer reached over TCP (as DOORBELL_PATH_SHM).
+pub const DOORBELL_PATH_TCP: u32 = 2;
+
+/// doorbell_spin_end: work arrived while the waiter was awake (during its
+/// spin, or between sleeps that timed out).
+pub const DOORBELL_SPIN_ENDED_AWAKE: u32 = 1;
+/// doorbell_spin_end: work arrived after the waiter's spin, and it slept
+/// (or was about to).
+pub const DOORBELL_SPIN_ENDED_WOKEN: u32 = 2;
+/// doorbell_spin_end flag: the waiter yields the CPU on every pass of its
+/// spin (more runnable processes than CPUs): spinning then costs the others
+/// little, and a sleeper's wake-up would wait for a CPU, so it keeps
+/// spinning, and a wait that ended awake teaches nothing.
+pub const DOORBELL_SPIN_YIELDS: u32 = 1;
 
 /// Longest address blob doorbell_address() produces.
 pub const DOORBELL_ADDRESS_MAX: usize = 64;
@@ -134,7 +155,7 @@ pub struct doorbell_config {
     pub ring_bytes: u32,
     /// DOORBELL_WAIT_*; DEFAULT: env DOORBELL_WAIT_MODE (poll|block|adaptive) or adaptive.
     pub wait_mode: u32,
-    /// Adaptive mode spins this long before sleeping; 0: 50.
+    /// Adaptive mode spins at most this long before sleeping; 0: 50.
     pub spin_us: u32,
     /// Nonzero: TCP even to same-node tasks.
     pub force_tcp: u32,
@@ -414,8 +435,9 @@ pub unsafe extern "C" fn doorbell_connect(ep: *mut doorbell_endpoint, blob: *con
     })
 }
 
-/// 1 if `task` is reached over shared memory (every same-node task, unless
-/// force_tcp), 2 over TCP; UNKNOWN_TASK.
+/// DOORBELL_PATH_SHM (1) if `task` is reached over shared memory (every
+/// same-node task, unless force_tcp), DOORBELL_PATH_TCP (2) over TCP;
+/// UNKNOWN_TASK.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_peer_path(ep: *const doorbell_endpoint, task: u32) -> c_int {
     guard(|| {
@@ -822,6 +844,111 @@ pub unsafe extern "C" fn doorbell_reads_moved(ep: *mut doorbell_endpoint) -> c_i
     })
 }
 
+/// What the spin/sleep learner of a window knows of one path.
+#[repr(C)]
+pub struct doorbell_spin_stats {
+    /// Waits that ended during their full spin: spinning paid.
+    pub spins_paid: u64,
+    /// Waits that spun their budget in vain (then slept, or spun on too long).
+    pub spins_vain: u64,
+    /// Full spins tried while spinning did not pay, to re-learn.
+    pub probes: u64,
+    /// 1: waits predicted for this path spin short now (over TCP not at
+    /// all); 0: they spin the full budget.
+    pub short_spin: u32,
+}
+
+/// The spin/sleep learner of `window`, for a caller that runs its own wait
+/// loop (it polls, and sleeps with doorbell_wait(DOORBELL_WAIT_BLOCK)):
+/// doorbell_wait in adaptive mode uses the same learner by itself.
+///
+/// A wait on `window` begins (the caller found nothing to do): `*spin_ns`
+/// gets how many nanoseconds to spin before sleeping.  Mode
+/// DOORBELL_WAIT_* (DEFAULT: the endpoint's): POLL never sleeps
+/// (UINT64_MAX), BLOCK sleeps at once (0), ADAPTIVE spins up to the
+/// endpoint's spin_us,
+/// less on a path (that of the last message) where spinning has not paid
+/// lately, probing now and then.  Call it once per wait, and
+/// doorbell_spin_end when work ends the wait.  A window's learner is meant
+/// for the one thread that waits on the window; any thread may call it
+/// (no lock, no locked instruction, no syscall, no clock read), but waits
+/// on one window by several threads at once may lose each other's lessons.
+/// Errors: INVALID_ARGUMENT (NULL ep or spin_ns, unknown mode),
+/// UNKNOWN_WINDOW.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_spin_begin(ep: *mut doorbell_endpoint, window: u32, mode: u32, spin_ns: *mut u64) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        // SAFETY: NULL or a writable u64.
+        let out = unsafe { spin_ns.as_mut() }.ok_or(Error::InvalidArgument)?;
+        let mode = wait_mode(mode).ok_or(Error::InvalidArgument)?;
+        *out = ep.spin_begin(window, mode)?;
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// The wait that doorbell_spin_begin began last on `window` ended because
+/// work arrived (a message, a completion): `how` is
+/// DOORBELL_SPIN_ENDED_AWAKE (then `waited_ns` is the time since the wait
+/// began; a recent clock read will do) or DOORBELL_SPIN_ENDED_WOKEN
+/// (`waited_ns` is ignored); `flags` 0 or DOORBELL_SPIN_YIELDS.  The
+/// learner finds the path that delivered from the endpoint's receive
+/// counters, so the call may wait (until the caller is idle again, off the
+/// way from the message to its user) but must come before anything else
+/// is delivered and before the next doorbell_spin_begin.  A wait that ends
+/// for no work (a timeout, a notify, a lost peer) needs no call.  Thread
+/// use as doorbell_spin_begin.  Errors: INVALID_ARGUMENT (NULL ep, unknown
+/// how or flags), UNKNOWN_WINDOW.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_spin_end(ep: *mut doorbell_endpoint, window: u32, how: u32, waited_ns: u64, flags: u32) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        let ended = match how {
+            DOORBELL_SPIN_ENDED_AWAKE => Ended::Awake { waited_ns },
+            DOORBELL_SPIN_ENDED_WOKEN => Ended::Woken,
+            _ => return Err(Error::InvalidArgument),
+        };
+        if flags & !DOORBELL_SPIN_YIELDS != 0 {
+            return Err(Error::InvalidArgument);
+        }
+        ep.spin_end(window, ended, flags & DOORBELL_SPIN_YIELDS != 0)?;
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// Copy what `window`'s spin/sleep learner knows of `path`
+/// (DOORBELL_PATH_SHM or DOORBELL_PATH_TCP) into `*out`.  Errors:
+/// INVALID_ARGUMENT (NULL ep or out, unknown path), UNKNOWN_WINDOW.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_spin_stats_get(
+    ep: *const doorbell_endpoint,
+    window: u32,
+    path: u32,
+    out: *mut doorbell_spin_stats,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        // SAFETY: NULL or a writable doorbell_spin_stats.
+        let out = unsafe { out.as_mut() }.ok_or(Error::InvalidArgument)?;
+        let path = match path {
+            DOORBELL_PATH_SHM => Path::Shm,
+            DOORBELL_PATH_TCP => Path::Tcp,
+            _ => return Err(Error::InvalidArgument),
+        };
+        let s = ep.spin_stats(window, path)?;
+        *out = doorbell_spin_stats {
+            spins_paid: s.spins_paid,
+            spins_vain: s.spins_vain,
+            probes: s.probes,
+            short_spin: s.short_spin as u32,
+        };
+        Ok(DOORBELL_OK)
+    })
+}
+
 /// Copy the endpoint's counters into `*out`.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_counters_get(ep: *const doorbell_endpoint, out: *mut doorbell_counters) -> c_int {
@@ -874,5 +1001,44 @@ mod tests {
         }
         // SAFETY: as above.
         assert_eq!(unsafe { CStr::from_ptr(doorbell_error_string(-999)) }.to_str().unwrap(), "unknown status code");
+    }
+
+    #[test]
+    fn spin_learner_calls_check_their_arguments() {
+        let job = std::ffi::CString::new(format!("ffispin{}", std::process::id())).unwrap();
+        let mut ep = std::ptr::null_mut();
+        let mut stats = doorbell_spin_stats { spins_paid: 9, spins_vain: 9, probes: 9, short_spin: 9 };
+        let mut spin = 7u64;
+        // SAFETY: every pointer is NULL or points at a live local; `ep` comes
+        // from doorbell_endpoint_create and is destroyed last.
+        unsafe {
+            let mut cfg = std::mem::zeroed::<doorbell_config>();
+            assert_eq!(doorbell_config_init(&mut cfg), DOORBELL_OK);
+            cfg.job = job.as_ptr();
+            cfg.spin_us = 20;
+            cfg.wait_mode = DOORBELL_WAIT_BLOCK;
+            assert_eq!(doorbell_endpoint_create(&cfg, &mut ep), DOORBELL_OK);
+            assert_eq!(doorbell_spin_begin(std::ptr::null_mut(), 0, 0, &mut spin), DOORBELL_ERR_INVALID_ARGUMENT);
+            assert_eq!(doorbell_spin_begin(ep, 0, 0, std::ptr::null_mut()), DOORBELL_ERR_INVALID_ARGUMENT);
+            assert_eq!(doorbell_spin_begin(ep, 0, 9, &mut spin), DOORBELL_ERR_INVALID_ARGUMENT);
+            assert_eq!(doorbell_spin_begin(ep, 1, 0, &mut spin), DOORBELL_ERR_UNKNOWN_WINDOW);
+            assert_eq!(spin, 7);
+            // DEFAULT is the endpoint's mode.
+            assert_eq!(doorbell_spin_begin(ep, 0, DOORBELL_WAIT_DEFAULT, &mut spin), DOORBELL_OK);
+            assert_eq!(spin, 0);
+            assert_eq!(doorbell_spin_begin(ep, 0, DOORBELL_WAIT_POLL, &mut spin), DOORBELL_OK);
+            assert_eq!(spin, u64::MAX);
+            assert_eq!(doorbell_spin_begin(ep, 0, DOORBELL_WAIT_ADAPTIVE, &mut spin), DOORBELL_OK);
+            assert_eq!(spin, 20_000);
+            assert_eq!(doorbell_spin_end(ep, 0, 3, 0, 0), DOORBELL_ERR_INVALID_ARGUMENT);
+            assert_eq!(doorbell_spin_end(ep, 0, DOORBELL_SPIN_ENDED_WOKEN, 0, 2), DOORBELL_ERR_INVALID_ARGUMENT);
+            assert_eq!(doorbell_spin_end(ep, 0, DOORBELL_SPIN_ENDED_WOKEN, 0, DOORBELL_SPIN_YIELDS), DOORBELL_OK);
+            assert_eq!(doorbell_spin_stats_get(ep, 0, 0, &mut stats), DOORBELL_ERR_INVALID_ARGUMENT);
+            assert_eq!(doorbell_spin_stats_get(ep, 0, DOORBELL_PATH_SHM, std::ptr::null_mut()), DOORBELL_ERR_INVALID_ARGUMENT);
+            assert_eq!(doorbell_spin_stats_get(ep, 0, DOORBELL_PATH_SHM, &mut stats), DOORBELL_OK);
+            // Yielding, the vain wait counts and teaches nothing.
+            assert_eq!((stats.spins_paid, stats.spins_vain, stats.probes, stats.short_spin), (0, 1, 0, 0));
+            assert_eq!(doorbell_endpoint_destroy(ep), DOORBELL_OK);
+        }
     }
 }

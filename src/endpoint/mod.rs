@@ -10,8 +10,10 @@
 pub(crate) mod address;
 pub(crate) mod config;
 mod flih;
+pub(crate) mod learner;
 mod path;
 mod peers;
+mod spin;
 pub(crate) mod pending;
 mod task_table;
 mod wait;
@@ -81,6 +83,8 @@ pub(crate) struct WindowLocal {
     shm_received: GuardedCount,
     /// Remote reads that ended, for `reads_done` (remote_read.rs).
     reads_done: Mutex<Vec<ReadDone>>,
+    /// How long waits on this window spin (spin.rs).
+    spin: spin::WindowSpin,
 }
 
 /// The endpoint's state: its parts (the shared-memory side, the peers, the
@@ -115,6 +119,9 @@ pub(crate) struct Inner {
     buf_pool: Arc<BufPool>,
     counters: Counters,
     parker: SharedFutex,
+    /// Paths of the peers `connect` registered (spin.rs: SHM_PEERS,
+    /// TCP_PEERS); read once per wait, so last.
+    connected_paths: AtomicU32,
 }
 
 const _: () = {
@@ -196,6 +203,7 @@ impl Endpoint {
             buf_pool: Arc::new(BufPool::default()),
             counters: Counters::default(),
             parker: SharedFutex,
+            connected_paths: AtomicU32::new(0),
         });
         if let Some(mut rx) = inner.windows[0].rx.try_lock() {
             inner.take_up_queue(0, &mut rx)?;

@@ -163,6 +163,8 @@ impl Inner {
             // never send to it.  A failure is reported by the first send.
             let _ = self.peer_control(p);
         }
+        let path = if p.local { super::spin::SHM_PEERS } else { super::spin::TCP_PEERS };
+        self.connected_paths.fetch_or(path, Ordering::Relaxed);
         Ok(a.task)
     }
 

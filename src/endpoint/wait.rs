@@ -7,6 +7,7 @@ use crate::endpoint::{Inner, Woke};
 use crate::shm::bell;
 use crate::sys::counters::bump;
 use crate::sys::error::Result;
+use crate::endpoint::learner::Ended;
 use crate::sys;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -126,10 +127,13 @@ impl Inner {
         if expired(start) {
             return Ok(Woke::Timeout);
         }
+        // Adaptive: the window's learner (spin.rs) says how long, and hears
+        // how the wait ended.
+        let adaptive = mode == WaitMode::Adaptive;
         let spin_until = match mode {
             WaitMode::Poll => u64::MAX,
             WaitMode::Block => start,
-            WaitMode::Adaptive => start + self.cfg.spin_us as u64 * 1000,
+            WaitMode::Adaptive => start.saturating_add(self.spin_begin(window, mode)),
         };
         // The clock is read once per CLOCK_EVERY passes: a read costs about
         // as much as an empty pass, and a spinning receiver notices a message
@@ -138,9 +142,10 @@ impl Inner {
         const CLOCK_EVERY: u32 = 16;
         // `start` was the first clock read.
         let mut pass = 1u32;
+        let mut now = start;
         while start < spin_until {
             if pass % CLOCK_EVERY == 0 {
-                let now = sys::now_ns();
+                now = sys::now_ns();
                 if now >= spin_until {
                     break;
                 }
@@ -151,11 +156,19 @@ impl Inner {
             }
             pass = pass.wrapping_add(1);
             if let Some(o) = self.progress(window, cb).outcome() {
+                if adaptive && matches!(o, Woke::Message(_)) {
+                    // The clock as last read: at most CLOCK_EVERY passes old.
+                    self.spin_end(window, Ended::Awake { waited_ns: now - start }, false);
+                }
                 return Ok(o);
             }
         }
         let word = &self.control.window(window).bell;
-        self.block(window, word, deadline, cb)
+        let woke = self.block(window, word, deadline, cb);
+        if adaptive && matches!(woke, Ok(Woke::Message(_))) {
+            self.spin_end(window, Ended::Woken, false);
+        }
+        woke
     }
 
     /// Before sleeping with queued sends: keep pushing while the receivers

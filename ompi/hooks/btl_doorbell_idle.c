@@ -9,7 +9,8 @@
  * sleep (RMA over osc pt2pt 140x slower than vader).
  *
  * So the component sets the yield flag and points libopen-pal's PLT slot
- * for sched_yield at doorbell_idle_point() (btl_doorbell_got.c).  Both ways
+ * for sched_yield at doorbell_idle_point() (btl_doorbell_got.c; what the
+ * hooks patch: docs/ompi-hooks.md).  Both ways
  * of selecting doorbell (MCA and LD_PRELOAD) load this component, so both
  * get it.  At the idle point:
  *   - idle points of consecutive opal_progress passes, less than
@@ -17,7 +18,14 @@
  *     A pass with any event, or a gap (compute between MPI_Test calls),
  *     ends the run, so a test-and-compute loop is never put to sleep;
  *   - block mode sleeps at the second idle point of a run, adaptive once
- *     the run is older than its spin budget (below), poll never;
+ *     the run is older than its spin budget, poll never.  The budget comes
+ *     from the core's spin/sleep learner (doorbell_spin_begin), which
+ *     learns per path (shm, tcp) whether spinning pays; each run that
+ *     spun and ended in work tells it how (doorbell_spin_end): while it
+ *     spun, or after a sleep.  It tells it later, when the rank is idle
+ *     again or before the next delivery (mca_btl_doorbell_idle_teach), so
+ *     the call is not between the message and the return of the MPI call
+ *     that waited for it;
  *   - when it does not sleep it calls sched_yield only if Open MPI itself
  *     asked for yields (mpi_yield_when_idle, which mpirun sets for
  *     oversubscribed jobs), so a spinning rank gives its core away exactly
@@ -32,20 +40,6 @@
  * this rank's own doorbell.  The doorbell is sticky, so a thread that
  * sleeps, or is about to, wakes at once.  Sends by other threads ring it
  * already (after_send in btl_doorbell_send.c).
- *
- * Adaptive mode learns, per path (shm, tcp), whether spinning pays.  A spin
- * pays when the message arrives during it (over TCP: within SPIN_PAYS_NS).
- * A wait that spun longer, or its whole budget and then slept until a
- * message woke it, spun in vain.  After
- * SPIN_MISSES such waits in a row on a path, waits predicted for that path
- * (the path of the last message) spin short: over TCP not at all (a spin
- * that never brings the message sooner only costs CPU, and on a loaded node
- * it holds the core that would process the packet), over shared memory for
- * SPIN_PAYS_NS, about what a wake-up costs, so short waits among long ones
- * are still caught.  Every probe_gap-th wait spins the full
- * budget again as a probe: a message during it turns spinning back on; a
- * vain probe doubles the gap up to PROBE_GAP_MAX, so re-learning costs
- * little.
  */
 #include "opal_config.h"
 
@@ -64,15 +58,7 @@
 #pragma weak ompi_mpi_state
 extern bool ompi_mpi_yield_when_idle __attribute__((weak));
 
-#define SPIN_MISSES 4
 #define CLOCK_EVERY 8
-/* A spin pays if the message came within this: about what a futex wake-up
- * costs across CPUs on a loaded VM (30-40 us measured here) */
-#define SPIN_PAYS_NS 50000ull
-#define PROBE_GAP_MIN 16
-#define PROBE_GAP_MAX 1024
-#define PATH_SHM MCA_BTL_DOORBELL_PATH_SHM
-#define PATH_TCP MCA_BTL_DOORBELL_PATH_TCP
 
 static bool idle_hooked;        /* sched_yield of libopen-pal is ours */
 static bool late_hooks_done;    /* second pass over components loaded after init */
@@ -157,109 +143,51 @@ void mca_btl_doorbell_idle_reset(mca_btl_doorbell_module_t *module)
     module->run_serial = 0;
     module->run_passes = 0;
     module->spin_ns = 0;
-    module->spin_path = PATH_SHM;
-    module->probing = false;
+    module->spin_lesson = 0;
     module->idle_sleeps = 0;
     module->paths_seen = 0;
-    module->last_path = 0;
-    module->rx_shm = 0;
-    module->rx_tcp = 0;
-    memset(module->learner, 0, sizeof(module->learner));
 }
 
 /* ------------------------------------------------------------------ */
-/* learning                                                            */
+/* learning: the core's spin/sleep learner                             */
 
-/* The path of the message(s) that ended a wait.  Only a rank with peers
- * on both paths needs to ask the core. */
-static int delivered_path(mca_btl_doorbell_module_t *m)
+/* Oversubscribed, a spinning rank yields its core at every idle pass: the
+ * spin costs the ranks that share the core little, and a sleeper's
+ * wake-up would wait for a core, so the learner keeps spinning. */
+static uint32_t spin_flags(void)
 {
-    doorbell_counters k;
-
-    if (0 == m->paths_seen || (1u << PATH_SHM) == m->paths_seen) {
-        return PATH_SHM;
-    }
-    if ((1u << PATH_TCP) == m->paths_seen) {
-        return PATH_TCP;
-    }
-    if (DOORBELL_OK != doorbell_counters_get(m->core, &k)) {
-        return m->spin_path;
-    }
-    int p = k.tcp_received != m->rx_tcp && k.shm_received == m->rx_shm ? PATH_TCP : PATH_SHM;
-    m->rx_shm = k.shm_received;
-    m->rx_tcp = k.tcp_received;
-    return p;
+    return ompi_wants_yield() ? DOORBELL_SPIN_YIELDS : 0;
 }
 
-/* The wait ended during its full spin: spinning pays on this path. */
-static void spin_paid(mca_btl_doorbell_module_t *m)
+/* The run that spun ended as `how`: keep it for mca_btl_doorbell_idle_teach. */
+static void keep_lesson(mca_btl_doorbell_module_t *m, uint32_t how, uint64_t waited_ns)
 {
-    int p = delivered_path(m);
-    mca_btl_doorbell_spin_learner_t *l = &m->learner[p];
-
-    l->spins_paid++;
-    l->misses = 0;
-    l->short_spin = false;
-    m->last_path = p;
+    m->spin_lesson = how;
+    m->spin_lesson_ns = waited_ns;
+    m->spin_lesson_flags = spin_flags();
 }
 
-/* The wait spun its full budget, slept, and a message woke it. */
-static void spin_vain(mca_btl_doorbell_module_t *m)
+/* The out-of-line part of mca_btl_doorbell_idle_teach. */
+void mca_btl_doorbell_idle_tell(mca_btl_doorbell_module_t *m)
 {
-    int p = delivered_path(m);
-    mca_btl_doorbell_spin_learner_t *l = &m->learner[p];
-
-    l->spins_vain++;
-    m->last_path = p;
-    if (ompi_wants_yield()) {
-        /* oversubscribed: the spin yields the core at every idle pass, so
-         * it costs the ranks that share it little, and a sleeper's wake-up
-         * would wait for a core; keep spinning */
-        return;
-    }
-    if (!l->short_spin) {
-        if (++l->misses >= SPIN_MISSES) {
-            l->short_spin = true;
-            l->misses = 0;
-            l->probe_gap = PROBE_GAP_MIN;
-            l->until_probe = l->probe_gap;
-        }
-    } else if (m->probing && l->probe_gap < PROBE_GAP_MAX) {
-        l->probe_gap *= 2;
-        l->until_probe = l->probe_gap;
-    }
+    (void) doorbell_spin_end(m->core, MCA_BTL_DOORBELL_WINDOW, m->spin_lesson, m->spin_lesson_ns,
+                             m->spin_lesson_flags);
+    m->spin_lesson = 0;
 }
 
 /* A new run of idle points: how long it spins before it sleeps. */
 static void start_run(mca_btl_doorbell_module_t *m, uint64_t now)
 {
-    mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
-    uint64_t full = (uint64_t) c->spin_us * 1000ull;
+    uint64_t spin_ns;
 
+    mca_btl_doorbell_idle_teach(m);
     m->idle_since_ns = now;
-    m->probing = false;
-    if (DOORBELL_WAIT_BLOCK == c->wait_mode) {
-        m->spin_ns = 0;
-        return;
+    if (DOORBELL_OK != doorbell_spin_begin(m->core, MCA_BTL_DOORBELL_WINDOW,
+                                           (uint32_t) mca_btl_doorbell_component.wait_mode,
+                                           &spin_ns)) {
+        spin_ns = 0;
     }
-    int p = m->last_path ? m->last_path : ((1u << PATH_TCP) == m->paths_seen ? PATH_TCP : PATH_SHM);
-    mca_btl_doorbell_spin_learner_t *l = &m->learner[p];
-    m->spin_path = p;
-    if (!l->short_spin) {
-        m->spin_ns = full;
-    } else if (l->until_probe <= 1) {
-        m->probing = true;
-        l->probes++;
-        l->until_probe = l->probe_gap;
-        m->spin_ns = full;
-    } else {
-        l->until_probe--;
-        /* Over TCP a spin starves the packet it waits for: sleep at once.
-         * Over shared memory still spin as long as a wake-up costs, so the
-         * short waits among long ones (the gaps of a stream of large
-         * messages) are still caught: at most twice the best cost. */
-        m->spin_ns = PATH_TCP == p ? 0 : SPIN_PAYS_NS;
-    }
+    m->spin_ns = spin_ns;
 }
 
 /* What came right after a sleep that ran out unrung.  The blocking call
@@ -286,29 +214,15 @@ void mca_btl_doorbell_idle_note_pass(mca_btl_doorbell_module_t *m, int events)
         after_ran_out(m, false);
     }
     if (events > 0 && 0 != m->idle_since_ns) {
-        /* a wait ended while it spun; only a full spin says whether
-         * spinning pays.  Over TCP only a quick arrival says yes: one that
-         * took longer than a sleep and a wake-up would have cost the CPU
-         * for nothing, and the spinning rank may be what delayed it (it
-         * holds the core that processes the packet).  Over shared memory
-         * the sender copies on its own core, so an arrival anywhere in the
-         * spin was caught sooner than a sleep would have: a 1 MiB
-         * ping-pong, ~90 us per RGET copy, ran 2.5x slower while those
-         * waits counted as vain and slept. */
-        if (m->spin_ns > 0 && !ompi_wants_yield()) {
-            /* (oversubscribed, spinning always goes on -- spin_vain --
-             * so there is nothing to learn, and no clock to read at the
-             * end of every wait) */
-            uint64_t pays = PATH_TCP == m->spin_path ? SPIN_PAYS_NS : m->spin_ns;
-            /* The clock as the idle point last read it, at most CLOCK_EVERY
-             * passes (a few us) ago against a budget of tens of us or more:
-             * reading it here would sit between the message and the return
-             * of the MPI call that waited for it. */
-            if (m->last_idle_ns - m->idle_since_ns <= pays) {
-                spin_paid(m);
-            } else {
-                spin_vain(m);
-            }
+        /* a wait ended while the rank was awake: in its spin (or between
+         * sleeps that timed out, then it spun in vain).  A run that did
+         * not spin has nothing to teach.  The time is the clock as the
+         * idle point last read it, at most CLOCK_EVERY passes (a few us)
+         * ago against a budget of tens of us or more: reading it here
+         * would sit between the message and the return of the MPI call
+         * that waited for it. */
+        if (m->spin_ns > 0) {
+            keep_lesson(m, DOORBELL_SPIN_ENDED_AWAKE, m->last_idle_ns - m->idle_since_ns);
         }
         m->idle_since_ns = 0;
         m->idle_sleeps = 0;
@@ -345,12 +259,14 @@ static void sleep_once(mca_btl_doorbell_module_t *m)
         sleep_us = mca_btl_doorbell_component.sleep_max_us;
     }
     after_ran_out(m, false);
+    mca_btl_doorbell_idle_teach(m); /* before the wait delivers anything */
     m->sleeps++;
     rc = doorbell_wait(m->core, MCA_BTL_DOORBELL_WINDOW, DOORBELL_WAIT_BLOCK, (int64_t) sleep_us,
                        mca_btl_doorbell_recv_cb, m, &wake);
     if (rc > 0) {
         if (m->spin_ns > 0) {
-            spin_vain(m);
+            /* it spun its whole budget in vain */
+            keep_lesson(m, DOORBELL_SPIN_ENDED_WOKEN, 0);
         }
         m->idle_since_ns = 0; /* the run is over */
         m->idle_sleeps = 0;
