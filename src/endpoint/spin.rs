@@ -108,7 +108,9 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Config, Error, Woke};
+    use crate::endpoint::config::Config;
+    use crate::endpoint::Woke;
+    use crate::sys::error::Error;
     use std::time::Duration;
 
     fn ep(name: &str, task: u32, node: u64) -> Endpoint {
