@@ -1,7 +1,7 @@
 /* stall_nbc.c -- nonblocking collectives must not stall.
  *
  * Usage: stall_nbc [limit_s]   (any number of ranks >= 2; default 20 s)
- * Each phase runs 200 operations, cut short (and failed) only at the
+ * Each phase runs 200 operations, cut short only at the
  * watchdog `limit_s`; a stall is judged by the counters the run prints at
  * finalize (mpi-tests/stalls.sh), one per sleep that held up an operation:
  *   iallreduce_wait   8 B and 16 KiB int64 MPI_SUM, MPI_Wait

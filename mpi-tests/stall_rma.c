@@ -2,7 +2,7 @@
  *
  * Usage: stall_rma [limit_s [epochs]]  (any number of ranks >= 2; defaults
  *        20 s and 5,000 epochs per phase)
- * Runs these phases, each cut short (and failed) only at the watchdog
+ * Runs these phases, each cut short only at the watchdog
  * `limit_s`; a stall is judged by the counters the run prints at finalize
  * (mpi-tests/stalls.sh), one per sleep that held up an epoch.  The default
  * mode holds for a few thousand epochs before it starts sleeping, hence
