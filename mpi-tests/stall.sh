@@ -18,7 +18,8 @@
 #                then skipped)
 #   MODES        wait modes ("adaptive block")
 #   PHASE_LIMIT  watchdog, seconds per phase of stall_rma and stall_nbc (20)
-#   STALL_SLACK  stalls a run may count (3, see stalls.sh)
+#   STALL_SLACK, STALL_PER  a run may count STALL_SLACK stalls plus one per
+#                STALL_PER sleeps that ran out (3, 50; see stalls.sh)
 #   RUN_TIMEOUT  seconds for one mpirun (300; the watchdogs end a run in ~130)
 #   OUT          build and log directory (<repo>/target/mpi-tests-stall)
 set -uo pipefail
@@ -92,7 +93,7 @@ run() {
 
 modes=("")
 is_doorbell && read -r -a modes <<<"$MODES"
-echo "== stall tests: BTL=$BTL modes: ${modes[*]:-(none)}; a run passes with at most $STALL_SLACK stalls counted (watchdog: ${PHASE_LIMIT} s a phase)"
+echo "== stall tests: BTL=$BTL modes: ${modes[*]:-(none)}; a run passes with at most $STALL_SLACK stalls counted + 1 per $STALL_PER sleeps that ran out (watchdog: ${PHASE_LIMIT} s a phase)"
 for mode in "${modes[@]}"; do
     m=""
     [[ -n $mode ]] && m="--mca btl_doorbell_wait_mode $mode"
