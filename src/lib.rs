@@ -68,8 +68,11 @@ mod sys;
 mod task_table;
 #[cfg(not(loom))]
 mod tcp;
+/// Public, hidden, only so that its doc tests (the guard's `compile_fail`
+/// test) can reach it; not part of the API.
 #[cfg(not(loom))]
-mod try_lock;
+#[doc(hidden)]
+pub mod try_lock;
 #[cfg(not(loom))]
 mod wait;
 #[cfg(not(loom))]
