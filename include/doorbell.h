@@ -306,8 +306,18 @@ typedef struct doorbell_iovec {
 
 /*
  Called once per complete message, on the thread that called
- progress/wait.  `data` is valid only during the call.  The callback may
- call doorbell_send*.
+ progress/wait.  The callback may call doorbell_send*.
+
+ `data` is valid only during the call: copy what you need before
+ returning.  A local message is handed over in place, in shared memory
+ (its record in this task's queue or fast box, or the sender's bulk
+ buffer), with no copy: the record or buffer is released to its sender
+ only after the callback returns, so a sender that keeps the protocol
+ does not change the bytes during the call.  Any process of the same
+ user can map those files, though, and a broken or hostile one could
+ write them at any time: treat `data` as untrusted input, and read a
+ value once (copy it) before you check and use it.  A message from TCP
+ or one reassembled from chunks is in this process's own memory.
  */
 typedef void (*doorbell_recv_fn)(void *ctx, uint32_t task, uint32_t window, uint8_t tag, const uint8_t *data, size_t len);
 

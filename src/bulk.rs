@@ -41,6 +41,7 @@
 //!   (queue.rs Q2) also covers a sender waiting for a slot.
 
 use crate::error::{Error, Result};
+use crate::shared_bytes::SharedBytes;
 use crate::shm::{bulk_name, Owner, Segment, ShmSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -238,8 +239,9 @@ impl BulkConsumer {
         Ok(BulkConsumer { seg, generation, slot_bytes })
     }
 
-    /// The message a BULK record names, checked against the segment.
-    pub fn message(&self, r: &BulkRef) -> Result<&[u8]> {
+    /// The message a BULK record names, checked against the segment, in
+    /// place (its sender maps the slot too: shared bytes, no slice).
+    pub fn message(&self, r: &BulkRef) -> Result<SharedBytes<'_>> {
         let slot = r.slot as usize;
         if r.generation != self.generation || slot >= SLOTS || r.len > self.slot_bytes {
             return Err(Error::Shm);
@@ -248,8 +250,9 @@ impl BulkConsumer {
             return Err(Error::Shm);
         }
         // SAFETY: the slot lies inside the segment (open checked its length,
-        // len <= slot_bytes), and B1 made the bytes visible.
-        Ok(unsafe { std::slice::from_raw_parts(slot_ptr(&self.seg, slot, self.slot_bytes), r.len as usize) })
+        // len <= slot_bytes), which lives as long as `self`; B1 made the
+        // bytes visible.
+        Ok(unsafe { SharedBytes::shared(slot_ptr(&self.seg, slot, self.slot_bytes), r.len as usize) })
     }
 
     /// For the fuzz target: (the mapping, the slots), as address ranges.

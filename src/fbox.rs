@@ -42,6 +42,7 @@
 
 use crate::error::{Error, Result};
 use crate::queue::{BulkId, QueueConsumer, QueueRef, QueueWriter};
+use crate::shared_bytes::SharedBytes;
 use crate::shm::ShmSafe;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -200,7 +201,7 @@ impl BoxesRx {
     }
 
     /// Deliver everything in `owner`'s box, if it has one (F3).
-    pub fn drain_from(&mut self, watch: &BoxWatch, owner: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> usize {
+    pub fn drain_from(&mut self, watch: &BoxWatch, owner: u32, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> usize {
         match self.boxes.iter_mut().enumerate().find(|(_, b)| b.owner == owner) {
             Some((k, b)) => {
                 let n = b.poll(usize::MAX, cb);
@@ -212,7 +213,7 @@ impl BoxesRx {
     }
 
     /// Deliver up to `budget` messages from the boxes.
-    pub fn poll(&mut self, watch: &BoxWatch, budget: usize, cb: &mut dyn FnMut(u32, u8, &[u8])) -> usize {
+    pub fn poll(&mut self, watch: &BoxWatch, budget: usize, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> usize {
         let mut n = 0;
         for (k, b) in self.boxes.iter_mut().enumerate() {
             if n >= budget {
@@ -229,7 +230,7 @@ impl BoxesRx {
 }
 
 impl BoxRx {
-    fn poll(&mut self, budget: usize, cb: &mut dyn FnMut(u32, u8, &[u8])) -> usize {
+    fn poll(&mut self, budget: usize, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> usize {
         if self.broken || !self.c.has_data() {
             return 0;
         }

@@ -15,6 +15,7 @@ pub use crate::counters::doorbell_counters;
 use crate::endpoint::{Endpoint, Woke};
 use crate::error::Error;
 use crate::remote_read::{ReadDone, ReadDst};
+use crate::shared_bytes::SharedBytes;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -180,8 +181,18 @@ pub struct doorbell_wake {
 }
 
 /// Called once per complete message, on the thread that called
-/// progress/wait.  `data` is valid only during the call.  The callback may
-/// call doorbell_send*.
+/// progress/wait.  The callback may call doorbell_send*.
+///
+/// `data` is valid only during the call: copy what you need before
+/// returning.  A local message is handed over in place, in shared memory
+/// (its record in this task's queue or fast box, or the sender's bulk
+/// buffer), with no copy: the record or buffer is released to its sender
+/// only after the callback returns, so a sender that keeps the protocol
+/// does not change the bytes during the call.  Any process of the same
+/// user can map those files, though, and a broken or hostile one could
+/// write them at any time: treat `data` as untrusted input, and read a
+/// value once (copy it) before you check and use it.  A message from TCP
+/// or one reassembled from chunks is in this process's own memory.
 pub type doorbell_recv_fn =
     Option<unsafe extern "C" fn(ctx: *mut c_void, task: u32, window: u32, tag: u8, data: *const u8, len: usize)>;
 
@@ -502,7 +513,10 @@ pub unsafe extern "C" fn doorbell_sendv(
     })
 }
 
-fn call_back(cb: doorbell_recv_fn, ctx: *mut c_void, window: u32) -> impl FnMut(u32, u8, &[u8]) {
+/// The callback as the core calls it: the message's address and length go
+/// to C as they are (in shared memory, for a local message: no copy, and
+/// no Rust reference over them; see doorbell_recv_fn for what C may assume).
+fn call_back(cb: doorbell_recv_fn, ctx: *mut c_void, window: u32) -> impl FnMut(u32, u8, SharedBytes<'_>) {
     move |task, tag, data| {
         if let Some(f) = cb {
             // SAFETY: the caller's callback and context, called as documented.
@@ -544,7 +558,7 @@ pub unsafe extern "C" fn doorbell_progress(
         // SAFETY: `ep` is NULL or a live handle (the module's contract).
         let ep = unsafe { endpoint(ep) }?;
         cb.ok_or(Error::InvalidArgument)?;
-        let w = ep.progress(window, &mut call_back(cb, ctx, window))?;
+        let w = ep.progress_in_place(window, &mut call_back(cb, ctx, window))?;
         report(w, wake)
     })
 }
@@ -586,7 +600,7 @@ pub unsafe extern "C" fn doorbell_progress_local(
         // SAFETY: `ep` is NULL or a live handle (the module's contract).
         let ep = unsafe { endpoint(ep) }?;
         cb.ok_or(Error::InvalidArgument)?;
-        let n = ep.progress_local(window, &mut call_back(cb, ctx, window))?;
+        let n = ep.progress_local_in_place(window, &mut call_back(cb, ctx, window))?;
         Ok(n.min(c_int::MAX as usize) as c_int)
     })
 }
@@ -615,7 +629,7 @@ pub unsafe extern "C" fn doorbell_wait(
         cb.ok_or(Error::InvalidArgument)?;
         let mode = wait_mode(mode).ok_or(Error::InvalidArgument)?;
         let timeout = (timeout_us >= 0).then(|| Duration::from_micros(timeout_us as u64));
-        let w = ep.wait(window, mode, timeout, &mut call_back(cb, ctx, window))?;
+        let w = ep.wait_in_place(window, mode, timeout, &mut call_back(cb, ctx, window))?;
         report(w, wake)
     })
 }

@@ -60,6 +60,8 @@ mod record;
 #[cfg(not(loom))]
 mod remote_read;
 #[cfg(not(loom))]
+mod shared_bytes;
+#[cfg(not(loom))]
 mod shm;
 mod sync;
 #[cfg(not(loom))]
@@ -88,6 +90,8 @@ pub use config::{Config, WaitMode};
 pub use counters::doorbell_counters;
 #[cfg(not(loom))]
 pub use endpoint::{Endpoint, Woke};
+#[cfg(not(loom))]
+pub use shared_bytes::SharedBytes;
 #[cfg(not(loom))]
 pub use work_check::Work;
 #[cfg(not(loom))]

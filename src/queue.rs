@@ -57,6 +57,7 @@ use crate::error::{Error, Result};
 use crate::record::{
     align16, has_prefetchw, prefetch_for_write, word_at, Gather, Record, ALIGN, BULK, FIRST, HOT_BYTES, LAST, LEN_MAX, MIN_CHUNK, PAD, REC, SPARE_MAX, TOTAL_BYTES,
 };
+use crate::shared_bytes::SharedBytes;
 use crate::shm::{Segment, ShmSafe};
 use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -881,6 +882,18 @@ fn holder_gone(pid: u32) -> bool {
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) type AddrRanges = Vec<(usize, usize)>;
 
+/// Append `n` bytes at `src` (in shared memory) to `v`, by copy.
+/// SAFETY (caller): `src` is valid for `n` reads.
+unsafe fn extend_from_raw(v: &mut Vec<u8>, src: *const u8, n: usize) {
+    v.reserve(n);
+    // SAFETY: `v` has room for `n` more bytes, written before set_len; the
+    // source is the caller's; `v` is our own buffer, not the queue.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, v.as_mut_ptr().add(v.len()), n);
+        v.set_len(v.len() + n);
+    }
+}
+
 /// The receiver's side of its window's queue.
 pub struct QueueConsumer {
     q: QueueRef,
@@ -928,9 +941,10 @@ impl QueueConsumer {
     }
 
     /// Deliver up to `budget` complete messages as (sender, tag, bytes).
-    /// A record that breaks the format is an error; nothing is read
-    /// outside the queue.
-    pub fn poll(&mut self, budget: usize, deliver: &mut dyn FnMut(u32, u8, &[u8])) -> Result<usize> {
+    /// A whole record or a bulk slot is handed over in place, as shared
+    /// bytes (shared_bytes.rs): no slice is made over the queue.  A record
+    /// that breaks the format is an error; nothing is read outside the queue.
+    pub fn poll(&mut self, budget: usize, deliver: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Result<usize> {
         let cap = self.q.cap;
         let mut n = 0;
         while n < budget {
@@ -940,60 +954,66 @@ impl QueueConsumer {
                 0 => break,
                 w => Record::from_word(w, self.head).ok_or(Error::Shm)?,
             };
-            // SAFETY: pos + REC <= cap (16-aligned, cap >= 4096), and R1
-            // made the record visible.
-            let at = unsafe { self.q.data().add(pos as usize) };
             let size = rec.size_at(pos, cap);
             let src = rec.src as u32;
             if pos + size > cap || src >= MAX_TASKS {
                 return Err(Error::Shm);
             }
+            // SAFETY: pos + REC + len <= pos + size <= cap (checked above),
+            // so the payload lies in the data area; R1 made it visible.
+            let payload = unsafe { self.q.data().add((pos + REC) as usize) } as *const u8;
+            let len = rec.len as usize;
             if rec.flags & PAD == 0 && self.assembling.as_ref().is_some_and(|a| a.0 != src) {
                 // Another sender holds the lock: the one whose chunks these
                 // were died mid-message (Q1).  Its message is lost with it.
                 self.assembling = None;
             }
             if rec.flags & BULK != 0 {
-                // SAFETY: REC + len <= size and pos + size <= cap.
-                let payload = unsafe { std::slice::from_raw_parts(at.add(REC as usize), rec.len as usize) };
-                let r = BulkRef::from_bytes(payload).ok_or(Error::Shm)?;
-                if rec.flags != FIRST | LAST | BULK || self.assembling.is_some() {
+                if rec.flags != FIRST | LAST | BULK || self.assembling.is_some() || len != BULK_REF_BYTES {
                     return Err(Error::Shm);
                 }
+                let mut b = [0u8; BULK_REF_BYTES];
+                // SAFETY: `len` payload bytes are in the queue (above), into
+                // a buffer of ours of that size.
+                unsafe { std::ptr::copy_nonoverlapping(payload, b.as_mut_ptr(), len) };
+                let r = BulkRef::from_bytes(&b).ok_or(Error::Shm)?;
                 let bulk = self.bulk_generation(src, r.generation)?;
                 deliver(src, rec.tag, bulk.message(&r)?);
                 bulk.release(&r);
                 n += 1;
             } else if rec.flags & PAD == 0 {
-                // SAFETY: REC + len <= size and pos + size <= cap.
-                let payload = unsafe { std::slice::from_raw_parts(at.add(REC as usize), rec.len as usize) };
                 match (rec.flags & (FIRST | LAST), self.assembling.take()) {
                     (f, None) if f == FIRST | LAST => {
-                        deliver(src, rec.tag, payload);
+                        // SAFETY: `len` bytes at `payload` are in the queue
+                        // (above), which outlives the call; released (R2)
+                        // only after it returns.
+                        deliver(src, rec.tag, unsafe { SharedBytes::shared(payload, len) });
                         n += 1;
                     }
-                    (FIRST, None) if payload.len() >= TOTAL_BYTES as usize => {
-                        let (pre, data) = payload.split_at(TOTAL_BYTES as usize);
-                        let total = u64::from_ne_bytes(pre.try_into().expect("8 bytes"));
+                    (FIRST, None) if len >= TOTAL_BYTES as usize => {
+                        // SAFETY: 8 of the `len` bytes in the queue (above).
+                        let total = unsafe { std::ptr::read_unaligned(payload as *const u64) };
                         if total > self.max_message {
                             return Err(Error::Shm);
                         }
                         let mut v = std::mem::take(&mut self.spare);
                         v.clear();
                         v.reserve(total as usize);
-                        v.extend_from_slice(data);
+                        // SAFETY: the rest of the `len` bytes, in the queue.
+                        unsafe { extend_from_raw(&mut v, payload.add(TOTAL_BYTES as usize), len - TOTAL_BYTES as usize) };
                         self.assembling = Some((src, rec.tag, total, v));
                     }
                     (f, Some((s, tag, total, mut v))) if f == 0 || f == LAST => {
-                        v.extend_from_slice(payload);
-                        if v.len() as u64 > total {
+                        if (v.len() + len) as u64 > total {
                             return Err(Error::Shm);
                         }
+                        // SAFETY: `len` bytes in the queue (above).
+                        unsafe { extend_from_raw(&mut v, payload, len) };
                         if f == LAST {
                             if v.len() != total as usize {
                                 return Err(Error::Shm);
                             }
-                            deliver(s, tag, &v);
+                            deliver(s, tag, SharedBytes::from_slice(&v));
                             n += 1;
                             if v.capacity() <= SPARE_MAX {
                                 self.spare = v;
@@ -1196,6 +1216,7 @@ mod tests {
         let mut seen = [0u64; 4];
         while seen.iter().sum::<u64>() < 4 * per {
             c.poll(64, &mut |s, t, d| {
+                let d = d.to_vec();
                 assert_eq!(s, t as u32);
                 let n = u64::from_le_bytes(d[..8].try_into().unwrap());
                 assert_eq!(n, seen[s as usize], "sender {s} out of order");
@@ -1258,6 +1279,7 @@ mod tests {
         let mut seen = [0u64; 10];
         while seen.iter().sum::<u64>() < 3 * per + bigs {
             c.poll(64, &mut |s, t, d| {
+                let d = d.to_vec();
                 assert_eq!(s, 5);
                 let n = u64::from_le_bytes(d[..8].try_into().unwrap());
                 assert_eq!(n, seen[t as usize], "thread {t} out of order");
@@ -1549,7 +1571,7 @@ mod tests {
         let data = f.q().data() as usize;
         let mut at = 0;
         c.poll(1, &mut |_, _, d| {
-            assert!(d == &m[..]);
+            assert!(d.to_vec() == m);
             at = d.as_ptr() as usize;
         })
         .unwrap();
@@ -1599,7 +1621,7 @@ mod tests {
         c.poll(1, &mut |_, _, d| seen.push(d.as_ptr() as usize)).unwrap();
         assert!(send(&mut p, 1, &m), "the freed slot is used again");
         let mut more = vec![];
-        c.poll(10, &mut |_, _, d| more.push((d.as_ptr() as usize, d == &m[..]))).unwrap();
+        c.poll(10, &mut |_, _, d| more.push((d.as_ptr() as usize, d.to_vec() == m))).unwrap();
         assert_eq!(more.len(), 2);
         assert!(more.iter().all(|&(_, same)| same));
         assert_eq!(more[1].0, seen[0], "slot 0 carried the first and the third message");

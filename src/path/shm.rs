@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::peers::Peer;
 use crate::queue::{BulkId, QueueConsumer, QueueProducer, QueueWriter};
 use crate::record::Gather;
+use crate::shared_bytes::SharedBytes;
 use crate::sync::lock;
 use crate::wait::Stall;
 use std::collections::VecDeque;
@@ -414,7 +415,7 @@ impl Inner {
     /// from its queue (at most QUEUE_BUDGET messages), and wake the senders
     /// waiting for room.  None if another thread holds the window's receive
     /// side.
-    pub(crate) fn poll_queue(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Option<usize> {
+    pub(crate) fn poll_queue(&self, window: u32, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Option<usize> {
         let w = &self.windows[window as usize];
         let mut rx = w.rx.try_lock()?;
         if rx.queue.is_none() && self.take_up_queue(window, &mut rx).is_err() {

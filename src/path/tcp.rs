@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::frame::{self, FrameHeader, READ_REQUEST};
 use crate::remote_read::{ReadDone, ReadDst, ReadRequest};
 use crate::peers::Peer;
+use crate::shared_bytes::SharedBytes;
 use crate::sync::lock;
 use crate::sys;
 use crate::tcp::{Conn, RxEnd, RxEvent, CONN_EVENTS};
@@ -308,7 +309,7 @@ impl Inner {
 
     /// The TCP part of a progress pass: deliver the frames readers put in
     /// this window's inbox.
-    pub(crate) fn drain_inbox(&self, w: &WindowLocal, cb: &mut dyn FnMut(u32, u8, &[u8])) -> usize {
+    pub(crate) fn drain_inbox(&self, w: &WindowLocal, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> usize {
         if !w.inbox_ready.load(Ordering::Acquire) {
             return 0;
         }
@@ -316,7 +317,7 @@ impl Inner {
         let batch: Vec<Inbound> = lock(&w.inbox).drain(..).collect();
         let n = batch.len();
         for m in batch {
-            cb(m.src, m.tag, &m.data);
+            cb(m.src, m.tag, SharedBytes::from_slice(&m.data));
             self.buf_pool.give(m.data);
         }
         // Skip the counter RMW on the (hot) empty poll.
