@@ -44,6 +44,7 @@ use crate::error::{Error, Result};
 use crate::queue::{BulkId, QueueConsumer, QueueRef, QueueWriter};
 use crate::shared_bytes::SharedBytes;
 use crate::shm::ShmSafe;
+use crate::sync::Pad;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Boxes per receiver (window 0).
@@ -58,10 +59,10 @@ pub const BOX_AFTER: u32 = 16;
 pub struct BoxTable {
     pub claims: AtomicU32,
     pub owners: [AtomicU32; BOXES],
-    _pad: [u8; 64 - 4 - 4 * BOXES],
+    _pad: Pad<{ 64 - 4 - 4 * BOXES }>,
 }
 
-// SAFETY: repr(C), integers and atomics only, all-zero is valid (no box
+// SAFETY: repr(C), atomics and padding only, all-zero is valid (no box
 // claimed).
 unsafe impl ShmSafe for BoxTable {}
 

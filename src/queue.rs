@@ -59,6 +59,7 @@ use crate::record::{
 };
 use crate::shared_bytes::SharedBytes;
 use crate::shm::{Segment, ShmSafe};
+use crate::sync::Pad;
 use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -101,22 +102,22 @@ const STEAL_AFTER: u32 = 16;
 pub struct RingHeader {
     /// The producer lock: 0, or the pid of the producer that holds it.
     pub lock: AtomicU32,
-    _pad0: u32,
+    _pad0: Pad<4>,
     /// Bytes ever written; read and written only under the lock.
     pub tail: AtomicU64,
     /// Tail position at which a producer next looks for an empty queue to
     /// rewind (record.rs HOT_BYTES); under the lock.
     pub next_rewind_check: AtomicU64,
-    _pad1: [u8; 104],
+    _pad1: Pad<104>,
     /// Bytes ever consumed (the consumer's line).  The producers' line and
     /// this one are 128 bytes apart: CPUs fetch lines in 128-byte pairs,
     /// and a pair written by both sides on every record would cross
     /// between the cores on every record.
     pub head: AtomicU64,
-    _pad2: [u8; 120],
+    _pad2: Pad<120>,
     /// Nonzero: some bit of `waiting` may be set.
     pub any_waiting: AtomicU32,
-    _pad3: [u8; 124],
+    _pad3: Pad<124>,
 }
 
 /// What a queue shared by many senders has besides its ring.
@@ -140,7 +141,7 @@ pub struct QueueHeader {
 pub const RING_HEADER_BYTES: usize = 384;
 pub const QUEUE_HEADER_BYTES: usize = 4480 + 4 * MAX_TASKS as usize;
 
-// SAFETY: repr(C), integers and atomics only, all-zero is valid (an empty
+// SAFETY: repr(C), atomics and padding only, all-zero is valid (an empty
 // queue at position 0, unlocked, nobody waiting or closed).
 unsafe impl ShmSafe for QueueHeader {}
 // SAFETY: as above.

@@ -193,7 +193,7 @@ impl Inner {
             }
             // Local senders may ring lightly (bell.rs); a refused barrier
             // (never seen after a registration that worked) means polling on.
-            let barred = self.control.header().light_rings != 0 && !bell::heavy_barrier();
+            let barred = self.control.header().light_rings.load(Ordering::Relaxed) != 0 && !bell::heavy_barrier();
             if barred || self.has_work(window) {
                 bell::disarm(word);
             } else {
