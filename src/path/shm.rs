@@ -6,7 +6,7 @@ use crate::buf_pool::BufPool;
 use crate::bell::Rang;
 use crate::config::{MAX_TASKS, MAX_WINDOWS};
 use crate::control::Control;
-use crate::fbox::{BoxTx, BoxesRx, BOX_AFTER};
+use crate::fbox::{poll_window, BoxPlace, BoxTx, Broke, BoxesRx, BOX_AFTER};
 use crate::endpoint::Inner;
 use crate::error::{Error, Result};
 use crate::peers::Peer;
@@ -423,46 +423,37 @@ impl Inner {
         }
         let WindowRx { queue, broken, known, boxes } = &mut *rx;
         let q = queue.as_mut().expect("set above");
-        let mut delivered = 0;
-        let with_boxes = !w.box_views.is_empty();
-        let table = self.control.box_table();
         let open = |i: usize| w.box_views.get(i).cloned().ok_or(Error::InvalidArgument);
-        if with_boxes {
-            boxes.refresh(&w.box_watch, table, open, self.cfg.task, self.cfg.max_message);
+        let place = BoxPlace { watch: &w.box_watch, table: self.control.box_table(), open: &open, me: self.cfg.task, max_message: self.cfg.max_message };
+        let with_boxes = !w.box_views.is_empty();
+        let mut new = vec![];
+        let mut on_sender = |src: u32| {
+            let (i, b) = ((src / 64) as usize, 1u64 << (src % 64));
+            if known[i] & b == 0 {
+                known[i] |= b;
+                new.push(src);
+            }
+        };
+        let (delivered, broke) = poll_window(
+            (!*broken).then_some(&mut *q),
+            with_boxes.then_some((boxes, &place)),
+            QUEUE_BUDGET,
+            &mut on_sender,
+            cb,
+        );
+        for src in new {
+            self.note_sender(src, q.queue().sender_pid(src));
         }
-        if !*broken && q.has_data() {
-            let mut new = vec![];
-            let mut from_boxes = 0;
-            let r = q.poll(QUEUE_BUDGET, &mut |src, tag, data| {
-                let (i, b) = ((src / 64) as usize, 1u64 << (src % 64));
-                if known[i] & b == 0 {
-                    known[i] |= b;
-                    new.push(src);
-                }
-                if with_boxes {
-                    // fbox.rs SYNC POINT F3: what the sender put in its box
-                    // before this message comes first.
-                    boxes.refresh(&w.box_watch, table, open, self.cfg.task, self.cfg.max_message);
-                    from_boxes += boxes.drain_from(&w.box_watch, src, cb);
-                }
-                cb(src, tag, data)
-            });
-            delivered += from_boxes;
-            match r {
-                Ok(n) => delivered += n,
-                Err(_) => {
+        for b in broke {
+            match b {
+                Broke::Queue(_) => {
                     // Nothing after the bad record can be found: the queue
                     // is done.  Its local senders' messages cannot arrive.
                     *broken = true;
                     eprintln!("doorbell: task {}: the shared-memory queue of window {window} is corrupt; local messages to it are lost", self.cfg.task);
                 }
+                Broke::Box(owner) => eprintln!("doorbell: the fast box of task {owner} is corrupt; its later messages are lost"),
             }
-            for src in new {
-                self.note_sender(src, q.queue().sender_pid(src));
-            }
-        }
-        if with_boxes && delivered < QUEUE_BUDGET {
-            delivered += boxes.poll(&w.box_watch, QUEUE_BUDGET - delivered, cb);
         }
         // Every pass, not only after consuming (queue.rs SYNC POINT Q2).
         q.take_waiting(&mut |src| {
