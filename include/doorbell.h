@@ -132,6 +132,28 @@
 #define DOORBELL_ERR_FLIH_FAILED -17
 
 /*
+ Shared memory broke its format: the header of the window queue of the
+ task in wake->task (found sending to it).  That task is dropped, as if
+ lost (its sends fail with PEER_LOST); stderr says what was wrong.
+ Reported once per window, by progress or wait (and by the send that
+ found it).
+ */
+#define DOORBELL_ERR_CORRUPT_QUEUE_HEADER -18
+
+/*
+ Shared memory broke its format: the fast box of the task in
+ wake->task, which is dropped as for CORRUPT_QUEUE_HEADER.
+ */
+#define DOORBELL_ERR_CORRUPT_FAST_BOX -19
+
+/*
+ Shared memory broke its format: a record in this task's window queue.
+ Every local task that sent to that window is dropped and reported (one
+ per call, wake->task); the window takes no more local messages.
+ */
+#define DOORBELL_ERR_CORRUPT_RECORD -20
+
+/*
  The endpoint's mode (config, or env DOORBELL_WAIT_MODE).
  */
 #define DOORBELL_WAIT_DEFAULT 0
@@ -179,6 +201,12 @@
  window, with return value 0.  A death is DOORBELL_WOKE_PEER_LOST.
  */
 #define DOORBELL_WOKE_PEER_CLOSED 5
+
+/*
+ Shared memory between this task and wake.task broke its format; the
+ return value (DOORBELL_ERR_CORRUPT_*) says which structure.
+ */
+#define DOORBELL_WOKE_PEER_CORRUPT 6
 
 /*
  Longest address blob doorbell_address() produces.
@@ -490,9 +518,11 @@ int doorbell_sendv(struct doorbell_endpoint *ep, uint32_t task, uint32_t window,
  Deliver what has arrived for `window` without sleeping, and push queued
  sends.  Returns the number of messages delivered, or PEER_LOST once per
  lost peer (then wake->reason is DOORBELL_WOKE_PEER_LOST and wake->task
- the lost task; `wake` may be NULL).  `cb` must not be NULL
- (INVALID_ARGUMENT): a message is never dropped unseen.  FLIH_FAILED
- once the endpoint's event thread failed.
+ the lost task; `wake` may be NULL), or a DOORBELL_ERR_CORRUPT_* once per
+ peer whose shared memory broke its format (wake->reason
+ DOORBELL_WOKE_PEER_CORRUPT, wake->task that peer).  `cb` must not be
+ NULL (INVALID_ARGUMENT): a message is never dropped unseen.
+ FLIH_FAILED once the endpoint's event thread failed.
  */
 int doorbell_progress(struct doorbell_endpoint *ep, uint32_t window, doorbell_recv_fn cb, void *ctx, struct doorbell_wake *wake);
 
@@ -523,7 +553,8 @@ int doorbell_progress_local(struct doorbell_endpoint *ep, uint32_t window, doorb
  deliver.  While it sleeps, freed queue space wakes it to push this task's
  queued sends.  Returns messages delivered (0 with wake->reason NOTIFY,
  TIMEOUT or PEER_CLOSED), or PEER_LOST (wake->reason PEER_LOST, wake->task
- the lost task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`),
+ the lost task), a DOORBELL_ERR_CORRUPT_* (as for doorbell_progress),
+ UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`),
  or FLIH_FAILED (the endpoint's event thread failed: a sleeper is woken
  with it at once).
  */

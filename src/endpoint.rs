@@ -60,6 +60,9 @@ pub enum Woke {
     /// A peer task closed its endpoint in order (after everything it sent
     /// to this window was delivered): reported once, like a loss.
     PeerClosed(u32),
+    /// Shared memory between us and this task broke its format (what
+    /// broke, second): the task is dropped as if lost, reported once.
+    PeerCorrupt(u32, crate::error::Corrupt),
 }
 /// What a look for work reads comes first (repr(C); see Inner).
 #[derive(Default)]

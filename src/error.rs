@@ -5,6 +5,31 @@ use crate::ffi;
 use std::fmt;
 use std::io;
 
+/// A shared-memory structure that broke its format: written wrong by a
+/// broken or hostile process.  The peer it came from is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Corrupt {
+    /// The header of a window queue we send into (its tail, head or
+    /// lock), found by a sender.
+    QueueHeader,
+    /// A fast box (a record in it, or its header), found by its receiver.
+    FastBox,
+    /// A record in a window queue (or the bulk buffer it names), found by
+    /// the receiver.
+    Record,
+}
+
+impl Corrupt {
+    /// What broke, as a phrase ("a fast box").
+    pub fn what(self) -> &'static str {
+        match self {
+            Corrupt::QueueHeader => "a window queue's header",
+            Corrupt::FastBox => "a fast box",
+            Corrupt::Record => "a record in a window queue",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Error {
     InvalidArgument,
@@ -24,6 +49,9 @@ pub enum Error {
     ShmRefused,
     InUse,
     FlihFailed,
+    /// Shared memory from a peer broke its format (`Woke::PeerCorrupt`
+    /// names the peer).
+    Corrupt(Corrupt),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -51,6 +79,9 @@ impl Error {
             Error::ShmRefused => ffi::DOORBELL_ERR_SHM_REFUSED,
             Error::InUse => ffi::DOORBELL_ERR_IN_USE,
             Error::FlihFailed => ffi::DOORBELL_ERR_FLIH_FAILED,
+            Error::Corrupt(Corrupt::QueueHeader) => ffi::DOORBELL_ERR_CORRUPT_QUEUE_HEADER,
+            Error::Corrupt(Corrupt::FastBox) => ffi::DOORBELL_ERR_CORRUPT_FAST_BOX,
+            Error::Corrupt(Corrupt::Record) => ffi::DOORBELL_ERR_CORRUPT_RECORD,
         }
     }
 
@@ -84,6 +115,15 @@ impl Error {
             Error::FlihFailed => {
                 c"the endpoint's event thread failed (reason on stderr): TCP wake-ups and lost-peer reports stopped; destroy the endpoint"
             }
+            Error::Corrupt(Corrupt::QueueHeader) => {
+                c"shared memory corrupt: the header of a peer's window queue broke its format; the peer is dropped"
+            }
+            Error::Corrupt(Corrupt::FastBox) => {
+                c"shared memory corrupt: a peer's fast box broke its format; the peer is dropped"
+            }
+            Error::Corrupt(Corrupt::Record) => {
+                c"shared memory corrupt: a record in a window queue broke its format; its senders are dropped"
+            }
         }
     }
 
@@ -101,7 +141,7 @@ impl Error {
     }
 }
 
-pub const ALL: [Error; 17] = [
+pub const ALL: [Error; 20] = [
     Error::InvalidArgument,
     Error::UnknownWindow,
     Error::UnknownTask,
@@ -119,6 +159,9 @@ pub const ALL: [Error; 17] = [
     Error::ShmRefused,
     Error::InUse,
     Error::FlihFailed,
+    Error::Corrupt(Corrupt::QueueHeader),
+    Error::Corrupt(Corrupt::FastBox),
+    Error::Corrupt(Corrupt::Record),
 ];
 
 impl fmt::Display for Error {

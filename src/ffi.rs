@@ -63,6 +63,19 @@ pub const DOORBELL_ERR_IN_USE: c_int = -16;
 /// might no longer arrive and a lost peer go unreported.  Destroy the
 /// endpoint.
 pub const DOORBELL_ERR_FLIH_FAILED: c_int = -17;
+/// Shared memory broke its format: the header of the window queue of the
+/// task in wake->task (found sending to it).  That task is dropped, as if
+/// lost (its sends fail with PEER_LOST); stderr says what was wrong.
+/// Reported once per window, by progress or wait (and by the send that
+/// found it).
+pub const DOORBELL_ERR_CORRUPT_QUEUE_HEADER: c_int = -18;
+/// Shared memory broke its format: the fast box of the task in
+/// wake->task, which is dropped as for CORRUPT_QUEUE_HEADER.
+pub const DOORBELL_ERR_CORRUPT_FAST_BOX: c_int = -19;
+/// Shared memory broke its format: a record in this task's window queue.
+/// Every local task that sent to that window is dropped and reported (one
+/// per call, wake->task); the window takes no more local messages.
+pub const DOORBELL_ERR_CORRUPT_RECORD: c_int = -20;
 
 /// The endpoint's mode (config, or env DOORBELL_WAIT_MODE).
 pub const DOORBELL_WAIT_DEFAULT: u32 = 0;
@@ -87,6 +100,9 @@ pub const DOORBELL_WOKE_TIMEOUT: u32 = 4;
 /// sent to this window was delivered before.  Reported once per peer and
 /// window, with return value 0.  A death is DOORBELL_WOKE_PEER_LOST.
 pub const DOORBELL_WOKE_PEER_CLOSED: u32 = 5;
+/// Shared memory between this task and wake.task broke its format; the
+/// return value (DOORBELL_ERR_CORRUPT_*) says which structure.
+pub const DOORBELL_WOKE_PEER_CORRUPT: u32 = 6;
 
 /// Longest address blob doorbell_address() produces.
 pub const DOORBELL_ADDRESS_MAX: usize = 64;
@@ -532,6 +548,7 @@ fn report(w: Woke, wake: *mut doorbell_wake) -> Result<c_int, Error> {
         Woke::Timeout => (DOORBELL_WOKE_TIMEOUT, 0, Ok(0)),
         Woke::PeerLost(t) => (DOORBELL_WOKE_PEER_LOST, t, Err(Error::PeerLost)),
         Woke::PeerClosed(t) => (DOORBELL_WOKE_PEER_CLOSED, t, Ok(0)),
+        Woke::PeerCorrupt(t, c) => (DOORBELL_WOKE_PEER_CORRUPT, t, Err(Error::Corrupt(c))),
     };
     // SAFETY: NULL or a writable doorbell_wake.
     if let Some(wk) = unsafe { wake.as_mut() } {
@@ -543,9 +560,11 @@ fn report(w: Woke, wake: *mut doorbell_wake) -> Result<c_int, Error> {
 /// Deliver what has arrived for `window` without sleeping, and push queued
 /// sends.  Returns the number of messages delivered, or PEER_LOST once per
 /// lost peer (then wake->reason is DOORBELL_WOKE_PEER_LOST and wake->task
-/// the lost task; `wake` may be NULL).  `cb` must not be NULL
-/// (INVALID_ARGUMENT): a message is never dropped unseen.  FLIH_FAILED
-/// once the endpoint's event thread failed.
+/// the lost task; `wake` may be NULL), or a DOORBELL_ERR_CORRUPT_* once per
+/// peer whose shared memory broke its format (wake->reason
+/// DOORBELL_WOKE_PEER_CORRUPT, wake->task that peer).  `cb` must not be
+/// NULL (INVALID_ARGUMENT): a message is never dropped unseen.
+/// FLIH_FAILED once the endpoint's event thread failed.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_progress(
     ep: *mut doorbell_endpoint,
@@ -610,7 +629,8 @@ pub unsafe extern "C" fn doorbell_progress_local(
 /// deliver.  While it sleeps, freed queue space wakes it to push this task's
 /// queued sends.  Returns messages delivered (0 with wake->reason NOTIFY,
 /// TIMEOUT or PEER_CLOSED), or PEER_LOST (wake->reason PEER_LOST, wake->task
-/// the lost task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`),
+/// the lost task), a DOORBELL_ERR_CORRUPT_* (as for doorbell_progress),
+/// UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`),
 /// or FLIH_FAILED (the endpoint's event thread failed: a sleeper is woken
 /// with it at once).
 #[no_mangle]

@@ -99,4 +99,4 @@ pub use work_check::Work;
 #[cfg(not(loom))]
 pub use remote_read::{ReadDone, ReadDst};
 #[cfg(not(loom))]
-pub use error::{Error, Result};
+pub use error::{Corrupt, Error, Result};

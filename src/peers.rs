@@ -7,7 +7,7 @@ use crate::config::MAX_WINDOWS;
 use crate::control::Control;
 use crate::counters::{bump, GuardedCount};
 use crate::endpoint::{Inner, Woke, PID_BIT};
-use crate::error::{Error, Result};
+use crate::error::{Corrupt, Error, Result};
 use crate::fbox::BoxTx;
 use crate::path::shm::PeerTx;
 use crate::queue::QueueWriter;
@@ -229,6 +229,33 @@ impl Inner {
         }
         let open = self.control.windows_open();
         for w in 0..open {
+            let win = &self.windows[w as usize];
+            lock(&win.peer_events).push_back(event);
+            win.peer_events_ready.store(true, Ordering::Release);
+            self.wake_own(w);
+        }
+    }
+
+    /// Shared memory between us and `task` broke its format (`what`, said
+    /// on stderr with `detail`): the task is dropped as if lost (its sends
+    /// fail, its messages are not awaited), and every window hears
+    /// Woke::PeerCorrupt once, so no wait goes on for it.  A structure no
+    /// task can be named for is reported in our own task's name.
+    pub(crate) fn peer_corrupt(&self, task: u32, what: Corrupt, detail: &str) {
+        eprintln!("doorbell: task {}: shared memory corrupt: {} ({detail}); dropping task {task}", self.cfg.task, what.what());
+        if task != self.cfg.task {
+            let p = self.peer_or_insert(task, true, None);
+            if p.ended.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            p.lost.store(true, Ordering::Release);
+            bump(&self.counters.peers_lost);
+            for (w, done) in self.reads.fail_unclaimed(task, crate::ffi::DOORBELL_ERR_PEER_LOST) {
+                self.report_read(w, done);
+            }
+        }
+        let event = Woke::PeerCorrupt(task, what);
+        for w in 0..self.control.windows_open() {
             let win = &self.windows[w as usize];
             lock(&win.peer_events).push_back(event);
             win.peer_events_ready.store(true, Ordering::Release);

@@ -63,7 +63,7 @@ use crate::shared_bytes::SharedBytes;
 #[cfg(not(loom))]
 use crate::shm::Segment;
 use crate::shm::ShmSafe;
-use crate::sync::{fence, AtomicU32, AtomicU64, Ordering, Pad};
+use crate::sync::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering, Pad};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -433,6 +433,9 @@ pub struct QueueWriter {
     /// The last `head` seen (R2).  Written under the lock; `set_waiting`
     /// reads it without, to tell whether the consumer moved since.
     head_cache: AtomicU64,
+    /// A `head` was seen that no consumer writes (past the tail, or more
+    /// than a ring behind it): the header is corrupt.  Set under the lock.
+    bad_head: AtomicBool,
     /// Messages `write_whole` put in, and bells it found needless; written
     /// under the queue lock only.
     pub(crate) sent: GuardedCount,
@@ -475,6 +478,7 @@ impl QueueWriter {
             pid,
             prefetch: has_prefetchw(),
             head_cache: AtomicU64::new(0),
+            bad_head: AtomicBool::new(false),
             sent: GuardedCount::default(),
             skipped: GuardedCount::default(),
             last_end: AtomicU64::new(0),
@@ -505,15 +509,28 @@ impl QueueWriter {
         true
     }
 
+    /// The consumer's `head` as it is now (SYNC POINT R2, producer side),
+    /// noted in `head_cache`; None if no consumer wrote it (past `tail`,
+    /// or more than a ring behind it): the header is corrupt, and the
+    /// producer's next `write` says so (`bad_head`).  Caller holds the lock.
+    fn fresh_head(&self, tail: u64) -> Option<u64> {
+        let head = self.q.hdr().head.load(Ordering::Acquire);
+        if head > tail || tail - head > self.q.cap {
+            self.bad_head.store(true, Ordering::Relaxed);
+            return None;
+        }
+        self.head_cache.store(head, Ordering::Relaxed);
+        Some(head)
+    }
+
     /// Bytes that may be written at `tail` now; 16 kept back for the next
     /// header word (record.rs R1).  Caller holds the lock.
     fn free(&self, tail: u64, need: u64) -> u64 {
         let room = |head: u64| self.q.cap.saturating_sub(ALIGN + tail.saturating_sub(head));
         let mut head = self.head_cache.load(Ordering::Relaxed);
         if room(head) < need {
-            // SYNC POINT R2 (producer side).
-            head = self.q.hdr().head.load(Ordering::Acquire);
-            self.head_cache.store(head, Ordering::Relaxed);
+            let Some(h) = self.fresh_head(tail) else { return 0 };
+            head = h;
         }
         room(head)
     }
@@ -586,12 +603,9 @@ impl QueueWriter {
     /// `need`-byte record about to be written would not fit before the pad
     /// (then a busy reader would leave the writer waiting on an empty queue).
     fn rewind_if_empty(&self, tail: &mut u64, next_rewind_check: &mut u64, need: u64) {
-        // SYNC POINT R2 (producer side).
-        let head = self.q.hdr().head.load(Ordering::Acquire);
-        self.head_cache.store(head, Ordering::Relaxed);
         let pos = self.q.offset(*tail);
         let walking = pos >= HOT_BYTES;
-        if head == *tail && walking && need + ALIGN <= pos {
+        if self.fresh_head(*tail) == Some(*tail) && walking && need + ALIGN <= pos {
             // SAFETY: the queue is empty and we hold the lock.
             unsafe { self.put(tail, Record::new(0, 0, PAD), None, None) };
             *next_rewind_check = *tail + HOT_BYTES;
@@ -634,7 +648,8 @@ impl QueueWriter {
     pub fn write_whole(&self, tag: u8, msg: &Gather, ring: &mut dyn FnMut() -> bool) -> bool {
         let h = self.q.hdr();
         let total = msg.len();
-        if !self.takes_whole(total) {
+        // A corrupt header is the producer's to report (`write`).
+        if !self.takes_whole(total) || self.bad_head.load(Ordering::Relaxed) {
             return false;
         }
         // SYNC POINT Q1 (acquire): one try; a busy lock means the careful path.
@@ -647,7 +662,7 @@ impl QueueWriter {
             if tail >= next {
                 self.rewind_if_empty(&mut tail, &mut next, align16(REC + total));
             }
-            self.put_whole(&mut tail, Record::new(total, tag, FIRST | LAST), msg, 0, true)
+            !self.bad_head.load(Ordering::Relaxed) && self.put_whole(&mut tail, Record::new(total, tag, FIRST | LAST), msg, 0, true)
         };
         if ok {
             self.sent.add(1);
@@ -823,7 +838,13 @@ impl QueueProducer {
             self.busy = true;
             return Ok(false);
         }
-        let done = self.write_locked(tag, msg, offset);
+        // A head no consumer wrote, seen by this write or an earlier one
+        // (which went on by the head it knew, a safe bound).
+        let done = !self.w.bad_head.load(Ordering::Relaxed) && self.write_locked(tag, msg, offset);
+        if !done && self.w.bad_head.load(Ordering::Relaxed) {
+            self.unlock();
+            return Err(Error::Shm);
+        }
         // A message part-way in keeps the lock (module comment, Q1).
         if done || *offset == 0 {
             self.unlock();
@@ -862,6 +883,9 @@ impl QueueProducer {
         let bulk = *offset == 0 && align16(total) > cap / 4 && total <= self.bulk_max;
         if self.tail >= self.next_rewind_check {
             self.rewind_if_empty(if bulk { align16(REC + BULK_REF_BYTES as u64) } else { align16(REC + total - *offset) });
+            if self.w.bad_head.load(Ordering::Relaxed) {
+                return false;
+            }
         }
         if bulk {
             if let Some(done) = self.write_bulk(tag, msg) {
@@ -1066,6 +1090,11 @@ impl QueueConsumer {
 
     pub fn queue(&self) -> &QueueRef {
         &self.q
+    }
+
+    /// The consumer's position: bytes of the queue consumed so far.
+    pub fn position(&self) -> u64 {
+        self.head
     }
 
     /// After `poll` found the record at `head` broken: the sender it names
@@ -1816,6 +1845,31 @@ mod tests {
         assert!(matches!(QueueConsumer::new(f.q(), f.id(0), 1 << 20), Err(Error::Shm)));
         f.q().hdr().head.store(4096 + 16, Ordering::Release);
         assert!(QueueConsumer::new(f.q(), f.id(0), 1 << 20).is_ok());
+    }
+
+    #[test]
+    fn a_head_no_consumer_wrote_is_an_error_and_overwrites_nothing() {
+        let f = fixture("badhead", 4096);
+        let mut p = f.producer(1, Live::new().pid(), 0);
+        let mut c = f.consumer();
+        let m = vec![3u8; 8];
+        let mut n = 0;
+        while send(&mut p, 1, &m) {
+            n += 1;
+        }
+        // A head past the tail made the full ring look empty: the next
+        // writes went over the unread records.
+        for bad in [1u64 << 40, 8192 + 4096] {
+            f.q().hdr().head.store(bad, Ordering::Release);
+            assert!(!p.writer().write_small(2, b"x", b"y", || true), "head {bad}: a direct write went in");
+            assert!(!p.writer().write_whole(2, &Gather::new(&[&b"xy"[..]]), &mut || true));
+            assert_eq!(p.write(2, &Gather::new(&[&b"xy"[..]]), &mut 0), Err(Error::Shm));
+            assert_eq!(f.q().hdr().lock.load(Ordering::Relaxed), 0, "the lock was given back");
+        }
+        f.q().hdr().head.store(0, Ordering::Release);
+        let got = drain(&mut c);
+        assert_eq!(got.len(), n);
+        assert!(got.iter().all(|(_, t, d)| *t == 1 && *d == m), "the unread messages are intact");
     }
 
     #[test]

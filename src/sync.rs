@@ -6,9 +6,9 @@
 //! no part of a protocol (counters, statics) stay std's.
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
-pub use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Bytes of a shared-memory layout that nobody reads or writes (padding).
 /// In an UnsafeCell, so that a reference to the struct around them claims

@@ -8,7 +8,7 @@ use crate::config::{MAX_TASKS, MAX_WINDOWS};
 use crate::control::Control;
 use crate::fbox::{poll_window, BoxPlace, BoxTx, Broke, BoxesRx, BOX_AFTER};
 use crate::endpoint::Inner;
-use crate::error::{Error, Result};
+use crate::error::{Corrupt, Error, Result};
 use crate::peers::Peer;
 use crate::queue::{BulkId, QueueConsumer, QueueProducer, QueueWriter};
 use crate::record::Gather;
@@ -207,7 +207,7 @@ impl Inner {
             // Drain what is queued first while the receiver keeps up, so a
             // stream returns to copying straight into the queue instead of
             // copying every message into the backlog first.
-            self.stream_push_locked(ctl, &mut tx);
+            self.stream_push_locked(p, ctl, &mut tx)?;
         }
         if !tx.backlog.is_empty() {
             // Keep order behind what is already queued.
@@ -220,13 +220,15 @@ impl Inner {
             tx.backlog_bytes += g.len();
             self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
             self.backlog_bytes.fetch_add(g.len(), Ordering::Relaxed);
-            self.push_locked(ctl, &mut tx);
+            self.push_locked(p, ctl, &mut tx)?;
             p.shm_sent.add(1);
             return Ok(());
         }
         let prod = tx.queues[window as usize].as_mut().expect("made above");
         let mut off = 0u64;
-        let mut done = prod.write(tag, &g, &mut off).map_err(|_| Error::PeerLost)?;
+        let Ok(mut done) = prod.write(tag, &g, &mut off) else {
+            return Err(self.queue_header_broke(p, window, &mut tx));
+        };
         // Stream: keep copying while the receiver keeps draining (a write
         // makes headway only when it freed space), but only while this
         // process has nothing to receive: the receiver may be a sender
@@ -240,7 +242,10 @@ impl Inner {
                 break;
             }
             std::hint::spin_loop();
-            done = prod.write(tag, &g, &mut off).map_err(|_| Error::PeerLost)?;
+            let Ok(d) = prod.write(tag, &g, &mut off) else {
+                return Err(self.queue_header_broke(p, window, &mut tx));
+            };
+            done = d;
             if !done && stall.stalled_at(g.len() - off) {
                 break;
             }
@@ -253,7 +258,7 @@ impl Inner {
             self.backlog_msgs.fetch_add(1, Ordering::Relaxed);
             self.backlog_bytes.fetch_add(n, Ordering::Relaxed);
             if tx.queues[window as usize].as_mut().expect("made above").set_waiting() {
-                self.push_locked(ctl, &mut tx);
+                self.push_locked(p, ctl, &mut tx)?;
             }
         }
         p.shm_sent.add(1);
@@ -265,10 +270,27 @@ impl Inner {
         Ok(())
     }
 
+    /// A queue of `p`'s (`window`'s) broke its header, as a producer found
+    /// (queue.rs: its tail, head or a dead holder's record): nothing more
+    /// can go in.  Drop what is queued for `p`, and `p`.
+    fn queue_header_broke(&self, p: &Peer, window: u32, tx: &mut PeerTx) -> Error {
+        self.backlog_msgs.fetch_sub(tx.backlog.len() as u64, Ordering::Relaxed);
+        self.backlog_bytes.fetch_sub(tx.backlog_bytes, Ordering::Relaxed);
+        tx.backlog_bytes = 0;
+        for b in tx.backlog.drain(..) {
+            self.buf_pool.give(b.data);
+        }
+        for q in tx.queues.iter_mut().flatten() {
+            q.abandon();
+        }
+        let task = p.task;
+        self.peer_corrupt(task, Corrupt::QueueHeader, &format!("the queue of task {task}'s window {window}, found sending to it"));
+        Error::Corrupt(Corrupt::QueueHeader)
+    }
+
     /// Push a peer's backlog into its queues as far as they take it.  A
-    /// queue whose shared state is corrupt takes nothing more: the backlog
-    /// stays until the peer is found lost.
-    pub(crate) fn push_locked(&self, ctl: &Control, tx: &mut PeerTx) {
+    /// queue whose header broke drops the backlog and the peer (the error).
+    pub(crate) fn push_locked(&self, p: &Peer, ctl: &Control, tx: &mut PeerTx) -> Result<()> {
         let mut rang = [false; MAX_WINDOWS as usize];
         loop {
             let Some(b) = tx.backlog.front_mut() else { break };
@@ -277,7 +299,9 @@ impl Inner {
             let parts = [&b.data[(b.base - b.start) as usize..]];
             let g = Gather::with_base(&parts, b.base, b.total);
             let mut off = b.base;
-            let Ok(done) = prod.write(b.tag, &g, &mut off) else { break };
+            let Ok(done) = prod.write(b.tag, &g, &mut off) else {
+                return Err(self.queue_header_broke(p, w as u32, tx));
+            };
             let wrote = off - b.base;
             rang[w] |= wrote > 0 || done;
             b.base = off;
@@ -299,17 +323,18 @@ impl Inner {
                 self.ring_bell(ctl, w as u32);
             }
         }
+        Ok(())
     }
 
     /// push_locked until the backlog is empty, the receiver stopped
     /// draining for STREAM_STALL_NS, or something arrived for us to
     /// receive (see send_local).
-    pub(crate) fn stream_push_locked(&self, ctl: &Control, tx: &mut PeerTx) {
+    pub(crate) fn stream_push_locked(&self, p: &Peer, ctl: &Control, tx: &mut PeerTx) -> Result<()> {
         let mut stall = Stall::new(None);
         loop {
-            self.push_locked(ctl, tx);
+            self.push_locked(p, ctl, tx)?;
             if tx.backlog.is_empty() || self.inbound_pending() || stall.stalled_at(tx.backlog_bytes) {
-                return;
+                return Ok(());
             }
             std::hint::spin_loop();
         }
@@ -345,7 +370,8 @@ impl Inner {
         let Ok(ctl) = self.peer_control(p) else { return };
         if let Ok(mut tx) = p.tx.try_lock() {
             if !tx.backlog.is_empty() {
-                self.push_locked(ctl, &mut tx);
+                // A broken queue drops the peer and its backlog (reported).
+                let _ = self.push_locked(p, ctl, &mut tx);
             }
         }
     }
@@ -446,13 +472,26 @@ impl Inner {
         }
         for b in broke {
             match b {
-                Broke::Queue(_) => {
+                Broke::Queue(culprit) => {
                     // Nothing after the bad record can be found: the queue
-                    // is done.  Its local senders' messages cannot arrive.
+                    // is done, and no local sender's message to this window
+                    // can arrive.  Each one we know of is dropped.
                     *broken = true;
-                    eprintln!("doorbell: task {}: the shared-memory queue of window {window} is corrupt; local messages to it are lost", self.cfg.task);
+                    let mut tasks: Vec<u32> = culprit.into_iter().collect();
+                    for (i, word) in known.iter().enumerate() {
+                        tasks.extend((0..64).filter(|b| word & 1 << b != 0).map(|b| i as u32 * 64 + b));
+                    }
+                    tasks.sort_unstable();
+                    tasks.dedup();
+                    if tasks.is_empty() {
+                        tasks.push(self.cfg.task);
+                    }
+                    let detail = format!("window {window}'s queue, record at position {}", q.position());
+                    for t in tasks {
+                        self.peer_corrupt(t, Corrupt::Record, &detail);
+                    }
                 }
-                Broke::Box(owner) => eprintln!("doorbell: the fast box of task {owner} is corrupt; its later messages are lost"),
+                Broke::Box(owner) => self.peer_corrupt(owner, Corrupt::FastBox, &format!("task {owner}'s box at window {window}")),
             }
         }
         // Every pass, not only after consuming (queue.rs SYNC POINT Q2).
