@@ -9,7 +9,7 @@ use crate::config::MAX_TASKS;
 use crate::counters::bump;
 use crate::endpoint::{Inner, PID_BIT, PID_POLL_NS, TOKEN_CONNS, TOKEN_LISTENER, TOKEN_PID_POLL, TOKEN_SHUTDOWN};
 use crate::handshake;
-use crate::pending::{self, Listener, Pending, PendingSet, Step, PENDING_BIT};
+use crate::pending::{Listener, Pending, PendingSet, Step, PENDING_BIT};
 use crate::sys;
 use crate::tcp::Conn;
 use nix::sys::epoll::{EpollEvent, EpollFlags};
@@ -114,11 +114,6 @@ fn accept_all(inner: &Inner, pending: &mut PendingSet) -> Result<(), ()> {
             // ECONNABORTED, EINTR, a network error for that one connection.
             Err(_) => continue,
         };
-        if pending.len() >= pending::CAP {
-            if let Some(old) = pending.pop_oldest() {
-                reject(inner, old);
-            }
-        }
         if let Some(default) = &inner.accepted_default_congestion {
             crate::congestion::fit(&stream, default);
         }
@@ -132,7 +127,10 @@ fn accept_all(inner: &Inner, pending: &mut PendingSet) -> Result<(), ()> {
         let token = inner.new_token() | PENDING_BIT;
         let events = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
         if inner.epoll.add(&stream, EpollEvent::new(events, token)).is_ok() {
-            pending.insert(token, stream, nonce, sys::now_ns());
+            // At the cap, the oldest pending connection makes room.
+            if let Some(old) = pending.insert(token, stream, nonce, sys::now_ns()) {
+                reject(inner, old);
+            }
         }
     }
 }

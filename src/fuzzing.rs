@@ -172,7 +172,7 @@ pub fn handshake(data: &[u8]) {
     let (tx, rx) = loopback();
     rx.set_nonblocking(true).unwrap();
     let mut set = PendingSet::default();
-    set.insert(7, rx, NONCE_L, 0);
+    assert!(set.insert(7, rx, NONCE_L, 0).is_none());
     let me = Listener { secret: &KEY, job_hash: JOB_HASH, task: LISTENER, max_tasks: MAX_TASKS };
     let mut outcome: Option<Option<Transcript>> = None;
     feed(tx, stream, cut as usize + 1, &mut |_| {

@@ -1429,6 +1429,7 @@ mod tests {
         let live = Live::new();
         let mut p = f.producer(5, live.pid(), 0);
         let (per, big, bigs) = (20_000u64, 5000usize, 300u64);
+        let shared = p.writer().clone();
         let mut hs = vec![];
         for t in 1..=3u8 {
             let w = p.writer().clone();
@@ -1446,7 +1447,6 @@ mod tests {
                         std::thread::yield_now();
                     }
                 }
-                (w.sent.get(), w.skipped.get())
             }));
         }
         hs.push(std::thread::spawn(move || {
@@ -1459,7 +1459,6 @@ mod tests {
                     std::thread::yield_now();
                 }
             }
-            (0, 0)
         }));
         let mut c = f.consumer();
         let mut seen = [0u64; 10];
@@ -1475,10 +1474,12 @@ mod tests {
             })
             .unwrap();
         }
-        let counts: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        for h in hs {
+            h.join().unwrap();
+        }
         // The writer's counters are shared by its threads, written under
-        // the queue lock: none lost.
-        assert!(counts.iter().all(|&(s, k)| s <= 3 * per && k <= s));
+        // the queue lock: none lost (every ring said "needless").
+        assert_eq!((shared.sent.get(), shared.skipped.get()), (3 * per, 3 * per));
         assert_eq!(f.q().hdr().lock.load(Ordering::Relaxed), 0);
     }
 
