@@ -33,6 +33,10 @@ pub(crate) struct Peer {
     pub(crate) gone: AtomicBool,
     /// Its exit (or loss) was handled: reported once.
     pub(crate) ended: AtomicBool,
+    /// Ended by shared memory that broke its format (`peer_corrupt`) while
+    /// its process lived: when that process dies, its files are still ours
+    /// to remove.
+    pub(crate) corrupt: AtomicBool,
     pub(crate) direct_sends: AtomicU32,
     pub(crate) task: u32,
     /// The peer's control segment (local peers): its bells and windows.
@@ -81,6 +85,7 @@ impl Inner {
             lost: AtomicBool::new(false),
             gone: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            corrupt: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             pidfd: Mutex::new(None),
             pid: AtomicU32::new(0),
@@ -210,6 +215,10 @@ impl Inner {
             let _ = self.epoll.delete(&fd);
         }
         if p.ended.swap(true, Ordering::AcqRel) {
+            // Reported already; a corrupt peer that died cannot clean up.
+            if p.corrupt.swap(false, Ordering::AcqRel) && !self.closed_in_order(p) {
+                crate::shm::unlink_task_files(&self.cfg.shm_dir, &self.cfg.job, task);
+            }
             return;
         }
         let event = if self.closed_in_order(p) {
@@ -248,6 +257,7 @@ impl Inner {
             if p.ended.swap(true, Ordering::AcqRel) {
                 return;
             }
+            p.corrupt.store(true, Ordering::Release);
             p.lost.store(true, Ordering::Release);
             bump(&self.counters.peers_lost);
             for (w, done) in self.reads.fail_unclaimed(task, crate::ffi::DOORBELL_ERR_PEER_LOST) {
