@@ -110,6 +110,28 @@
 #define DOORBELL_ERR_FLIH_FAILED -17
 
 /*
+ Shared memory broke its format: the header of the window queue of the
+ task in wake->task (found sending to it).  That task is dropped, as if
+ lost (its sends fail with PEER_LOST); stderr says what was wrong.
+ Reported once per window, by progress or wait (and by the send that
+ found it).
+ */
+#define DOORBELL_ERR_CORRUPT_QUEUE_HEADER -18
+
+/*
+ Shared memory broke its format: the fast box of the task in
+ wake->task, which is dropped as for CORRUPT_QUEUE_HEADER.
+ */
+#define DOORBELL_ERR_CORRUPT_FAST_BOX -19
+
+/*
+ Shared memory broke its format: a record in this task's window queue.
+ Every local task that sent to that window is dropped and reported (one
+ per call, wake->task); the window takes no more local messages.
+ */
+#define DOORBELL_ERR_CORRUPT_RECORD -20
+
+/*
  The endpoint's mode (config, or env DOORBELL_WAIT_MODE).
  */
 #define DOORBELL_WAIT_DEFAULT 0
@@ -159,6 +181,12 @@
  window, with return value 0.  A death is DOORBELL_WOKE_PEER_LOST.
  */
 #define DOORBELL_WOKE_PEER_CLOSED 5
+
+/*
+ Shared memory between this task and wake.task broke its format; the
+ return value (DOORBELL_ERR_CORRUPT_*) says which structure.
+ */
+#define DOORBELL_WOKE_PEER_CORRUPT 6
 
 /*
  A peer reached over shared memory (doorbell_peer_path's answer; a path
@@ -315,8 +343,18 @@ typedef struct doorbell_iovec {
 
 /*
  Called once per complete message, on the thread that called
- progress/wait.  `data` is valid only during the call.  The callback may
- call doorbell_send*.
+ progress/wait.  The callback may call doorbell_send*.
+
+ `data` is valid only during the call: copy what you need before
+ returning.  A local message is handed over in place, in shared memory
+ (its record in this task's queue or fast box, or the sender's bulk
+ buffer), with no copy: the record or buffer is released to its sender
+ only after the callback returns, so a sender that keeps the protocol
+ does not change the bytes during the call.  Any process of the same
+ user can map those files, though, and a broken or hostile one could
+ write them at any time: treat `data` as untrusted input, and read a
+ value once (copy it) before you check and use it.  A message from TCP
+ or one reassembled from chunks is in this process's own memory.
  */
 typedef void (*doorbell_recv_fn)(void *ctx, uint32_t task, uint32_t window, uint8_t tag, const uint8_t *data, size_t len);
 
@@ -530,9 +568,11 @@ int doorbell_sendv(struct doorbell_endpoint *ep, uint32_t task, uint32_t window,
  Deliver what has arrived for `window` without sleeping, and push queued
  sends.  Returns the number of messages delivered, or PEER_LOST once per
  lost peer (then wake->reason is DOORBELL_WOKE_PEER_LOST and wake->task
- the lost task; `wake` may be NULL).  `cb` must not be NULL
- (INVALID_ARGUMENT): a message is never dropped unseen.  FLIH_FAILED
- once the endpoint's event thread failed.
+ the lost task; `wake` may be NULL), or a DOORBELL_ERR_CORRUPT_* once per
+ peer whose shared memory broke its format (wake->reason
+ DOORBELL_WOKE_PEER_CORRUPT, wake->task that peer).  `cb` must not be
+ NULL (INVALID_ARGUMENT): a message is never dropped unseen.
+ FLIH_FAILED once the endpoint's event thread failed.
  */
 int doorbell_progress(struct doorbell_endpoint *ep, uint32_t window, doorbell_recv_fn cb, void *ctx, struct doorbell_wake *wake);
 
@@ -563,7 +603,8 @@ int doorbell_progress_local(struct doorbell_endpoint *ep, uint32_t window, doorb
  deliver.  While it sleeps, freed queue space wakes it to push this task's
  queued sends.  Returns messages delivered (0 with wake->reason NOTIFY,
  TIMEOUT or PEER_CLOSED), or PEER_LOST (wake->reason PEER_LOST, wake->task
- the lost task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`),
+ the lost task), a DOORBELL_ERR_CORRUPT_* (as for doorbell_progress),
+ UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`),
  or FLIH_FAILED (the endpoint's event thread failed: a sleeper is woken
  with it at once).
  */

@@ -31,6 +31,8 @@
 #                   tcp_protocols (doorbell: ob1 protocols over force_tcp, np=2)
 #                   kill_ranks (doorbell on one node only: it judges that
 #                   node's shm directory)
+#                   corrupt_header (doorbell on one node only: a corrupted
+#                   queue header must end the job with doorbell's error)
 #   OUT             build and log directory                  (<repo>/target/mpi-tests)
 #   SHM_GLOB        files that must not be left behind       (/dev/shm/doorbell*)
 #   SHM_STRICT      1: at the end, any new SHM_GLOB file fails; 0: only files
@@ -61,7 +63,7 @@ NP_WIDE=${NP_WIDE:-64}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 SHM_GLOB=${SHM_GLOB:-/dev/shm/doorbell*}
 SHM_STRICT=${SHM_STRICT:-0}
-TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point alltoall_wide rust netpipe mpi4py stranger kill_ranks tcp_protocols}
+TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point alltoall_wide rust netpipe mpi4py stranger kill_ranks corrupt_header tcp_protocols}
 OUT=${OUT:-$ROOT/target/mpi-tests}
 BIN=$OUT/bin
 LOGS=$OUT/logs
@@ -237,13 +239,15 @@ BUILD=("${C_PROGRAMS[@]}")
 KILL_RANKS=0
 if wanted kill_ranks && is_doorbell "$BTL" && [[ -z $MPIRUN_HOSTS ]]; then KILL_RANKS=1; fi
 if [[ $KILL_RANKS == 1 ]]; then BUILD+=(kill_ranks); fi
+CORRUPT_HEADER=0
+if wanted corrupt_header && is_doorbell "$BTL" && [[ -z $MPIRUN_HOSTS ]]; then CORRUPT_HEADER=1; BUILD+=(corrupt_header); fi
 if is_doorbell "$BTL"; then BUILD+=(tcp_protocols); fi
 for p in "${BUILD[@]}"; do
     # alltoall_wide runs the alltoall_nb program
     wanted "$p" || { [[ $p == alltoall_nb ]] && wanted alltoall_wide; } || continue
     log=$LOGS/build_$p.log
     # shellcheck disable=SC2086 # MPICC_FLAGS is a list of flags
-    if mpicc.openmpi -O2 -g -Wall -Wextra -Werror -pthread $MPICC_FLAGS -o "$BIN/$p" "$HERE/$p.c" >"$log" 2>&1; then
+    if mpicc.openmpi -O2 -g -Wall -Wextra -Werror -pthread -I"$ROOT/include" $MPICC_FLAGS -o "$BIN/$p" "$HERE/$p.c" >"$log" 2>&1; then
         pass "build $p"
     else
         fail "build $p" "mpicc.openmpi failed" "$log"
@@ -505,6 +509,41 @@ if [[ $KILL_RANKS == 1 ]]; then
             fi
             rm -rf "$dir"
         done
+    done
+fi
+
+# ---- corrupted shared memory ends the job (doorbell, one node) ----
+# Rank 0 writes a bad tail into rank 1's queue header, then sends to it
+# (header), or a bad header word over the record rank 1 reads next
+# (record): the job must end, well inside the timeout, with doorbell's
+# error naming the structure (no hang, no message through the broken queue).
+if [[ $CORRUPT_HEADER == 1 ]]; then
+    for mode in header record; do
+        label="corrupt_header $mode np=2 [$BTL]"
+        if [[ $mode == header ]]; then want="the header of a peer's window queue broke its format"; else
+            want="a record in a window queue broke its format"; fi
+        if [[ ! -x $BIN/corrupt_header ]]; then
+            fail "$label" "not built"
+            continue
+        fi
+        dir=$(mktemp -d /dev/shm/mpi-tests-corrupt-XXXXXX)
+        log=$LOGS/corrupt_header_$mode.log
+        t0=$SECONDS
+        rc=0
+        timeout -k 15 "$RUN_TIMEOUT" mpirun.openmpi --allow-run-as-root --oversubscribe \
+            --mca pml ob1 --mca btl "$BTL" -np 2 "${EXTRA_ARGS[@]}" \
+            -x DOORBELL_SHM_DIR="$dir" "$BIN/corrupt_header" "$mode" >"$log" 2>&1 </dev/null || rc=$?
+        took="($((SECONDS - t0))s)"
+        if [[ $rc == 0 || $rc == 124 || $rc == 137 ]]; then
+            fail "$label" "exit $rc: the job should end with doorbell's error, well inside the timeout $took" "$log"
+        elif ! grep -q "corrupt_header: rank 0 corrupted" "$log"; then
+            fail "$label" "the ranks did not get to the corruption $took" "$log"
+        elif ! grep -qF "shared memory corrupt: $want" "$log"; then
+            fail "$label" "exit $rc without doorbell's error naming the structure $took" "$log"
+        else
+            pass "$label" "(exit $rc) $took"
+        fi
+        rm -rf "$dir"
     done
 fi
 

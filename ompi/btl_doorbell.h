@@ -196,6 +196,17 @@ void mca_btl_doorbell_recv_cb(void *ctx, uint32_t task, uint32_t window, uint8_t
 /* A peer's process is gone (core reported PEER_LOST for `task`). */
 void mca_btl_doorbell_peer_lost(mca_btl_doorbell_module_t *module, uint32_t task);
 
+/* Shared memory between this rank and `task` broke its format: the core
+ * returned `rc`, a DOORBELL_ERR_CORRUPT_* naming the structure. */
+void mca_btl_doorbell_peer_corrupt(mca_btl_doorbell_module_t *module, uint32_t task, int rc);
+
+/* Is `rc` one of the core's DOORBELL_ERR_CORRUPT_* codes? */
+static inline bool mca_btl_doorbell_is_corrupt(int rc)
+{
+    return DOORBELL_ERR_CORRUPT_QUEUE_HEADER == rc || DOORBELL_ERR_CORRUPT_FAST_BOX == rc ||
+           DOORBELL_ERR_CORRUPT_RECORD == rc;
+}
+
 /* ---- single-copy reads (btl_doorbell_get.c) ---- */
 
 /* What every rank publishes in the modex before the core's address. */

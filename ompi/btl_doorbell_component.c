@@ -915,6 +915,10 @@ void mca_btl_doorbell_core_error(mca_btl_doorbell_module_t *module, int rc, cons
         mca_btl_doorbell_peer_lost(module, wake->task);
         return;
     }
+    if (mca_btl_doorbell_is_corrupt(rc)) {
+        mca_btl_doorbell_peer_corrupt(module, wake->task, rc);
+        return;
+    }
     if (DOORBELL_ERR_FLIH_FAILED == rc) {
         /* The core's event thread died (it said why on stderr): no more
          * TCP wake-ups or lost-peer reports, and every progress fails from

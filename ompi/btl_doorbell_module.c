@@ -510,10 +510,13 @@ int mca_btl_doorbell_finalize(struct mca_btl_base_module_t *btl)
     return OPAL_SUCCESS;
 }
 
-void mca_btl_doorbell_peer_lost(mca_btl_doorbell_module_t *module, uint32_t task)
+/* The end of a peer: `why` says what happened (it completes "rank R lost
+ * contact with rank T: ..."); the job is aborted.  `loss`: the peer's
+ * process ended, which is no error once finalize began. */
+static void peer_failed(mca_btl_doorbell_module_t *module, uint32_t task, bool loss, const char *why)
 {
     mca_btl_doorbell_endpoint_t *ep = task < module->npeers_alloc ? module->peers[task] : NULL;
-    char msg[256];
+    char msg[320];
 
     if (NULL != ep) {
         if (ep->lost) {
@@ -523,21 +526,20 @@ void mca_btl_doorbell_peer_lost(mca_btl_doorbell_module_t *module, uint32_t task
     }
 
     /* After MPI_Finalize's barrier peers exit whenever they like. */
-    if (module->finalizing || mca_btl_doorbell_mpi_finalizing()) {
+    if (loss && (module->finalizing || mca_btl_doorbell_mpi_finalizing())) {
         opal_output_verbose(10, mca_btl_doorbell_component.output,
                             "btl doorbell: rank %u: peer %u left during finalize", module->my_task,
                             task);
         return;
     }
 
-    snprintf(msg, sizeof(msg),
-             "btl doorbell: rank %u lost peer task %u (the process exited or was killed)",
-             module->my_task, task);
+    snprintf(msg, sizeof(msg), "btl doorbell: rank %u lost peer task %u (%s)", module->my_task, task,
+             why);
     mca_btl_doorbell_show_help(false, "peer-lost",
                                "rank %u lost contact with rank %u on host %s: %s",
                                module->my_task, task,
                                opal_process_info.nodename ? opal_process_info.nodename : "?",
-                               "the peer process exited or was killed; aborting the job");
+                               why);
     /* The abort below skips btl_finalize, so this rank's segments would stay
      * in /dev/shm (peers reap the files only of ranks that die before them).
      * Destroy now -- unless other threads may be inside the core. */
@@ -559,6 +561,19 @@ void mca_btl_doorbell_peer_lost(mca_btl_doorbell_module_t *module, uint32_t task
     /* no handler, or it returned: a rank that lost a peer cannot go on */
     opal_output(0, "%s; exiting", msg);
     exit(1);
+}
+
+void mca_btl_doorbell_peer_lost(mca_btl_doorbell_module_t *module, uint32_t task)
+{
+    peer_failed(module, task, true, "the peer process exited or was killed; aborting the job");
+}
+
+void mca_btl_doorbell_peer_corrupt(mca_btl_doorbell_module_t *module, uint32_t task, int rc)
+{
+    char why[256];
+
+    snprintf(why, sizeof(why), "%s (%d); aborting the job", doorbell_error_string(rc), rc);
+    peer_failed(module, task, false, why);
 }
 
 /* ------------------------------------------------------------------ */

@@ -143,6 +143,9 @@ int mca_btl_doorbell_send(struct mca_btl_base_module_t *btl,
         return OPAL_SUCCESS;
     }
 
+    if (mca_btl_doorbell_is_corrupt(rc)) {
+        mca_btl_doorbell_peer_corrupt(module, endpoint->task, rc);
+    }
     opal_output_verbose(1, mca_btl_doorbell_component.output,
                         "btl doorbell: send to task %u failed: %s (%d)", endpoint->task,
                         doorbell_error_string(rc), rc);
@@ -253,6 +256,9 @@ refused:
     if (descriptor) {
         *descriptor = NULL;
     }
+    if (mca_btl_doorbell_is_corrupt(rc)) {
+        mca_btl_doorbell_peer_corrupt(module, endpoint->task, rc);
+    }
     opal_output_verbose(1, mca_btl_doorbell_component.output,
                         "btl doorbell: sendi to task %u failed: %s (%d)", endpoint->task,
                         doorbell_error_string(rc), rc);
@@ -319,6 +325,9 @@ int mca_btl_doorbell_retry_pending(mca_btl_doorbell_module_t *module)
         if (DOORBELL_OK == frag->status) {
             after_send(module);
         } else {
+            if (mca_btl_doorbell_is_corrupt(frag->status)) {
+                mca_btl_doorbell_peer_corrupt(module, frag->endpoint->task, frag->status);
+            }
             opal_output_verbose(1, mca_btl_doorbell_component.output,
                                 "btl doorbell: queued send to task %u failed: %s (%d)",
                                 frag->endpoint->task, doorbell_error_string(frag->status),

@@ -2,7 +2,8 @@
 # Runs every test of the project, in order of what builds on what:
 #   0. clippy: every unsafe block has a SAFETY comment
 #   1. Rust unit + integration tests (ring, bell, endpoint, header is current)
-#   2. the loom model of the bell protocol (--cfg loom)
+#   2. the loom models of the bell, and of the real queue and fast-box code
+#      (--cfg loom: every `loom_tests` module)
 #   3. C tests (CMake/CTest, forked processes) against the installed library
 #   4. the Open MPI component: mpi-tests/ over --mca btl self,doorbell
 #   5. the two-node layout (network namespaces) under a real mpirun
@@ -71,7 +72,7 @@ unsafe_lint() {
 }
 suite clippy unsafe_lint
 suite rust cargo test --release
-suite loom env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$ROOT/target/loom" cargo test --release --lib bell
+suite loom env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$ROOT/target/loom" cargo test --release --lib loom_tests
 suite c-tests c-tests/run.sh
 suite component ompi/check.sh
 suite mpi-tests mpi-tests/run.sh

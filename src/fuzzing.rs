@@ -25,6 +25,7 @@ use crate::net::tcp::{Conn, RxBudget, RxEnd, RxEvent};
 use crate::shm::queue::{BulkId, QueueConsumer, QueueProducer, QueueRef, QUEUE_HEADER_BYTES};
 use crate::shm::record::Gather;
 use crate::shm::segment::{bulk_name, Owner, Segment};
+use crate::shm::shared_bytes::SharedBytes;
 use crate::sys::buf_pool::BufPool;
 use crate::sys::limits::MAX_TASKS;
 use nix::sys::epoll::{Epoll, EpollCreateFlags};
@@ -172,7 +173,7 @@ pub fn handshake(data: &[u8]) {
     let (tx, rx) = loopback();
     rx.set_nonblocking(true).unwrap();
     let mut set = PendingSet::default();
-    set.insert(7, rx, NONCE_L, 0);
+    assert!(set.insert(7, rx, NONCE_L, 0).is_none());
     let me = Listener { secret: &KEY, job_hash: JOB_HASH, task: LISTENER, max_tasks: MAX_TASKS };
     let mut outcome: Option<Option<Transcript>> = None;
     feed(tx, stream, cut as usize + 1, &mut |_| {
@@ -289,10 +290,10 @@ pub fn queue(data: &[u8]) -> usize {
     let Ok(mut c) = QueueConsumer::new(q, id, Config::default().max_message) else { return 0 };
     let mut got: Vec<(usize, usize)> = vec![];
     for _ in 0..4 {
-        let mut deliver = |src: u32, _tag: u8, d: &[u8]| {
+        let mut deliver = |src: u32, _tag: u8, d: SharedBytes<'_>| {
             assert!(src < MAX_TASKS, "a sender task past MAX_TASKS");
-            // Touch every byte: a slice past a mapping faults here.
-            std::hint::black_box(d.iter().fold(0u8, |a, &b| a ^ b));
+            // Copy every byte: a message past a mapping faults here.
+            std::hint::black_box(d.to_vec().iter().fold(0u8, |a, &b| a ^ b));
             got.push((d.as_ptr() as usize, d.len()));
         };
         if c.poll(64, &mut deliver).is_err() {

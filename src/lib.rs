@@ -15,10 +15,14 @@
 //!   sys        system calls, atomics shim, counters, buffer pool, errors, limits
 //! ```
 //!
-//! Under `--cfg loom` only the bell protocol and the atomics shim are
-//! built, for the model checker.
+//! Under `--cfg loom` only the bell, the queue and the fast boxes are built
+//! (with what they use), for the model checker: their atomics are loom's
+//! (sys/sync.rs), and a queue lies in a heap buffer standing in for shared
+//! memory (shm/queue.rs `QueueRef::on_heap`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
+// Under loom only part of the crate is built, and only its model tests use it.
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 #[cfg(not(loom))]
 mod abi;
@@ -35,7 +39,8 @@ mod sys;
 pub mod fuzzing;
 
 // The public Rust API: an endpoint, its configuration, what a wait reports,
-// errors, and the two values it hands out (its address blob, its counters).
+// errors, and the values it hands out (its address blob, its counters, a
+// message's bytes).
 // Everything else is crate-private; the C ABI (`abi`) is exported by symbol.
 #[cfg(not(loom))]
 pub use endpoint::address::Address;
@@ -48,6 +53,13 @@ pub use endpoint::{Endpoint, Woke};
 #[cfg(not(loom))]
 pub use net::remote_read::{ReadDone, ReadDst};
 #[cfg(not(loom))]
+pub use shm::shared_bytes::SharedBytes;
+#[cfg(not(loom))]
 pub use sys::counters::doorbell_counters;
 #[cfg(not(loom))]
-pub use sys::error::{Error, Result};
+pub use sys::error::{Corrupt, Error, Result};
+/// Public, hidden, only so that its doc tests (the guard's `compile_fail`
+/// test) can reach it; not part of the API.
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub use sys::try_lock;

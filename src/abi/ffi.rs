@@ -12,11 +12,12 @@
 use crate::endpoint::address::{ADDRESS_BYTES, ADDRESS_MAX};
 use crate::endpoint::config::{Config, WaitMode};
 use crate::endpoint::{Endpoint, Woke};
-use crate::net::remote_read::{ReadDone, ReadDst};
-pub use crate::sys::counters::doorbell_counters;
-use crate::sys::error::{Error, ALL};
-use crate::sys::limits::{MAX_TASKS, MAX_WINDOWS};
 use crate::endpoint::learner::{Ended, Path};
+use crate::net::remote_read::{ReadDone, ReadDst};
+use crate::shm::shared_bytes::SharedBytes;
+pub use crate::sys::counters::doorbell_counters;
+use crate::sys::error::{Corrupt, Error, ALL};
+use crate::sys::limits::{MAX_TASKS, MAX_WINDOWS};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -64,6 +65,19 @@ pub const DOORBELL_ERR_IN_USE: c_int = -16;
 /// might no longer arrive and a lost peer go unreported.  Destroy the
 /// endpoint.
 pub const DOORBELL_ERR_FLIH_FAILED: c_int = -17;
+/// Shared memory broke its format: the header of the window queue of the
+/// task in wake->task (found sending to it).  That task is dropped, as if
+/// lost (its sends fail with PEER_LOST); stderr says what was wrong.
+/// Reported once per window, by progress or wait (and by the send that
+/// found it).
+pub const DOORBELL_ERR_CORRUPT_QUEUE_HEADER: c_int = -18;
+/// Shared memory broke its format: the fast box of the task in
+/// wake->task, which is dropped as for CORRUPT_QUEUE_HEADER.
+pub const DOORBELL_ERR_CORRUPT_FAST_BOX: c_int = -19;
+/// Shared memory broke its format: a record in this task's window queue.
+/// Every local task that sent to that window is dropped and reported (one
+/// per call, wake->task); the window takes no more local messages.
+pub const DOORBELL_ERR_CORRUPT_RECORD: c_int = -20;
 
 /// The endpoint's mode (config, or env DOORBELL_WAIT_MODE).
 pub const DOORBELL_WAIT_DEFAULT: u32 = 0;
@@ -90,6 +104,9 @@ pub const DOORBELL_WOKE_TIMEOUT: u32 = 4;
 /// sent to this window was delivered before.  Reported once per peer and
 /// window, with return value 0.  A death is DOORBELL_WOKE_PEER_LOST.
 pub const DOORBELL_WOKE_PEER_CLOSED: u32 = 5;
+/// Shared memory between this task and wake.task broke its format; the
+/// return value (DOORBELL_ERR_CORRUPT_*) says which structure.
+pub const DOORBELL_WOKE_PEER_CORRUPT: u32 = 6;
 
 /// A peer reached over shared memory (doorbell_peer_path's answer; a path
 /// of doorbell_spin_stats_get).
@@ -202,8 +219,18 @@ pub struct doorbell_wake {
 }
 
 /// Called once per complete message, on the thread that called
-/// progress/wait.  `data` is valid only during the call.  The callback may
-/// call doorbell_send*.
+/// progress/wait.  The callback may call doorbell_send*.
+///
+/// `data` is valid only during the call: copy what you need before
+/// returning.  A local message is handed over in place, in shared memory
+/// (its record in this task's queue or fast box, or the sender's bulk
+/// buffer), with no copy: the record or buffer is released to its sender
+/// only after the callback returns, so a sender that keeps the protocol
+/// does not change the bytes during the call.  Any process of the same
+/// user can map those files, though, and a broken or hostile one could
+/// write them at any time: treat `data` as untrusted input, and read a
+/// value once (copy it) before you check and use it.  A message from TCP
+/// or one reassembled from chunks is in this process's own memory.
 pub type doorbell_recv_fn =
     Option<unsafe extern "C" fn(ctx: *mut c_void, task: u32, window: u32, tag: u8, data: *const u8, len: usize)>;
 
@@ -239,6 +266,9 @@ impl From<Error> for c_int {
             Error::ShmRefused => DOORBELL_ERR_SHM_REFUSED,
             Error::InUse => DOORBELL_ERR_IN_USE,
             Error::FlihFailed => DOORBELL_ERR_FLIH_FAILED,
+            Error::Corrupt(Corrupt::QueueHeader) => DOORBELL_ERR_CORRUPT_QUEUE_HEADER,
+            Error::Corrupt(Corrupt::FastBox) => DOORBELL_ERR_CORRUPT_FAST_BOX,
+            Error::Corrupt(Corrupt::Record) => DOORBELL_ERR_CORRUPT_RECORD,
         }
     }
 }
@@ -560,7 +590,10 @@ pub unsafe extern "C" fn doorbell_sendv(
     })
 }
 
-fn call_back(cb: doorbell_recv_fn, ctx: *mut c_void, window: u32) -> impl FnMut(u32, u8, &[u8]) {
+/// The callback as the core calls it: the message's address and length go
+/// to C as they are (in shared memory, for a local message: no copy, and
+/// no Rust reference over them; see doorbell_recv_fn for what C may assume).
+fn call_back(cb: doorbell_recv_fn, ctx: *mut c_void, window: u32) -> impl FnMut(u32, u8, SharedBytes<'_>) {
     move |task, tag, data| {
         if let Some(f) = cb {
             // SAFETY: the caller's callback and context, called as documented.
@@ -576,6 +609,7 @@ fn report(w: Woke, wake: *mut doorbell_wake) -> Result<c_int, Error> {
         Woke::Timeout => (DOORBELL_WOKE_TIMEOUT, 0, Ok(0)),
         Woke::PeerLost(t) => (DOORBELL_WOKE_PEER_LOST, t, Err(Error::PeerLost)),
         Woke::PeerClosed(t) => (DOORBELL_WOKE_PEER_CLOSED, t, Ok(0)),
+        Woke::PeerCorrupt(t, c) => (DOORBELL_WOKE_PEER_CORRUPT, t, Err(Error::Corrupt(c))),
     };
     // SAFETY: NULL or a writable doorbell_wake.
     if let Some(wk) = unsafe { wake.as_mut() } {
@@ -587,9 +621,11 @@ fn report(w: Woke, wake: *mut doorbell_wake) -> Result<c_int, Error> {
 /// Deliver what has arrived for `window` without sleeping, and push queued
 /// sends.  Returns the number of messages delivered, or PEER_LOST once per
 /// lost peer (then wake->reason is DOORBELL_WOKE_PEER_LOST and wake->task
-/// the lost task; `wake` may be NULL).  `cb` must not be NULL
-/// (INVALID_ARGUMENT): a message is never dropped unseen.  FLIH_FAILED
-/// once the endpoint's event thread failed.
+/// the lost task; `wake` may be NULL), or a DOORBELL_ERR_CORRUPT_* once per
+/// peer whose shared memory broke its format (wake->reason
+/// DOORBELL_WOKE_PEER_CORRUPT, wake->task that peer).  `cb` must not be
+/// NULL (INVALID_ARGUMENT): a message is never dropped unseen.
+/// FLIH_FAILED once the endpoint's event thread failed.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_progress(
     ep: *mut doorbell_endpoint,
@@ -602,7 +638,7 @@ pub unsafe extern "C" fn doorbell_progress(
         // SAFETY: `ep` is NULL or a live handle (the module's contract).
         let ep = unsafe { endpoint(ep) }?;
         cb.ok_or(Error::InvalidArgument)?;
-        let w = ep.progress(window, &mut call_back(cb, ctx, window))?;
+        let w = ep.progress_in_place(window, &mut call_back(cb, ctx, window))?;
         report(w, wake)
     })
 }
@@ -644,7 +680,7 @@ pub unsafe extern "C" fn doorbell_progress_local(
         // SAFETY: `ep` is NULL or a live handle (the module's contract).
         let ep = unsafe { endpoint(ep) }?;
         cb.ok_or(Error::InvalidArgument)?;
-        let n = ep.progress_local(window, &mut call_back(cb, ctx, window))?;
+        let n = ep.progress_local_in_place(window, &mut call_back(cb, ctx, window))?;
         Ok(n.min(c_int::MAX as usize) as c_int)
     })
 }
@@ -654,7 +690,8 @@ pub unsafe extern "C" fn doorbell_progress_local(
 /// deliver.  While it sleeps, freed queue space wakes it to push this task's
 /// queued sends.  Returns messages delivered (0 with wake->reason NOTIFY,
 /// TIMEOUT or PEER_CLOSED), or PEER_LOST (wake->reason PEER_LOST, wake->task
-/// the lost task), UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`),
+/// the lost task), a DOORBELL_ERR_CORRUPT_* (as for doorbell_progress),
+/// UNKNOWN_WINDOW, INVALID_ARGUMENT (also for a NULL `cb`),
 /// or FLIH_FAILED (the endpoint's event thread failed: a sleeper is woken
 /// with it at once).
 #[no_mangle]
@@ -673,7 +710,7 @@ pub unsafe extern "C" fn doorbell_wait(
         cb.ok_or(Error::InvalidArgument)?;
         let mode = wait_mode(mode).ok_or(Error::InvalidArgument)?;
         let timeout = (timeout_us >= 0).then(|| Duration::from_micros(timeout_us as u64));
-        let w = ep.wait(window, mode, timeout, &mut call_back(cb, ctx, window))?;
+        let w = ep.wait_in_place(window, mode, timeout, &mut call_back(cb, ctx, window))?;
         report(w, wake)
     })
 }

@@ -7,7 +7,7 @@
 
 use crate::endpoint::path::tcp::TcpSide;
 use crate::endpoint::peers::Peers;
-use crate::endpoint::pending::{self, Listener, Pending, PendingSet, Step, PENDING_BIT};
+use crate::endpoint::pending::{Listener, Pending, PendingSet, Step, PENDING_BIT};
 use crate::endpoint::Inner;
 use crate::net::handshake;
 use crate::net::tcp::Conn;
@@ -193,11 +193,6 @@ fn accept_all(inner: &Inner, pending: &mut PendingSet) -> Result<(), ()> {
             // ECONNABORTED, EINTR, a network error for that one connection.
             Err(_) => continue,
         };
-        if pending.len() >= pending::CAP {
-            if let Some(old) = pending.pop_oldest() {
-                reject(inner, old);
-            }
-        }
         if let Some(default) = &inner.flih.accepted_default_congestion {
             crate::net::congestion::fit(&stream, default);
         }
@@ -211,7 +206,10 @@ fn accept_all(inner: &Inner, pending: &mut PendingSet) -> Result<(), ()> {
         let token = inner.new_token() | PENDING_BIT;
         let events = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
         if inner.flih.epoll.add(&stream, EpollEvent::new(events, token)).is_ok() {
-            pending.insert(token, stream, nonce, sys::now_ns());
+            // At the cap, the oldest pending connection makes room.
+            if let Some(old) = pending.insert(token, stream, nonce, sys::now_ns()) {
+                reject(inner, old);
+            }
         }
     }
 }

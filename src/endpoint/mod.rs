@@ -29,6 +29,7 @@ use crate::net::remote_read::{ReadDone, ReadDst};
 use crate::shm::bell::{self, Rang, SharedFutex};
 use crate::shm::control::Control;
 use crate::shm::queue::QueueRef;
+use crate::shm::shared_bytes::SharedBytes;
 use crate::sys;
 use crate::sys::buf_pool::BufPool;
 use crate::sys::counters::{bump, Counters, GuardedCount};
@@ -58,6 +59,9 @@ pub enum Woke {
     /// A peer task closed its endpoint in order (after everything it sent
     /// to this window was delivered): reported once, like a loss.
     PeerClosed(u32),
+    /// Shared memory between us and this task broke its format (what
+    /// broke, second): the task is dropped as if lost, reported once.
+    PeerCorrupt(u32, crate::sys::error::Corrupt),
 }
 
 /// One window's state, from every part: the shared-memory side's queue and
@@ -285,7 +289,17 @@ impl Endpoint {
         self.inner.send_small(task, window, tag, a, b)
     }
 
+    /// Deliver what has arrived for `window`, without sleeping; `cb` gets
+    /// (sender task, tag, bytes).  Bytes from shared memory are copied out
+    /// first (no slice is made over memory another process may write):
+    /// `progress_in_place` hands them over without that copy.
     pub fn progress(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Result<Woke> {
+        let mut buf = Vec::new();
+        self.progress_in_place(window, &mut |t, tag, b| b.with_slice(&mut buf, |s| cb(t, tag, s)))
+    }
+
+    /// `progress`, with each message's bytes in place (shared_bytes.rs).
+    pub fn progress_in_place(&self, window: u32, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Result<Woke> {
         self.inner.check_window(window)?;
         self.inner.check_flih()?;
         // No may_have_work first: a caller that polls asks that itself
@@ -312,18 +326,40 @@ impl Endpoint {
     /// and nothing else: the pass for a caller that `work_kind` told
     /// `Local` (the other sources had nothing a moment ago; the next full
     /// pass sees what came since).  The number delivered (0 if another
-    /// thread holds the window's receive side).
+    /// thread holds the window's receive side).  Bytes are copied out, as
+    /// in `progress`.
     pub fn progress_local(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Result<usize> {
+        let mut buf = Vec::new();
+        self.progress_local_in_place(window, &mut |t, tag, b| b.with_slice(&mut buf, |s| cb(t, tag, s)))
+    }
+
+    /// `progress_local`, with each message's bytes in place.
+    pub fn progress_local_in_place(&self, window: u32, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Result<usize> {
         self.inner.check_window(window)?;
         Ok(self.inner.poll_queue(window, cb).unwrap_or(0))
     }
 
+    /// Like `progress`, but if nothing is there wait (`mode`, or the
+    /// configured one) for a message, a notify, a peer event or `timeout`.
+    /// Bytes are copied out, as in `progress`.
     pub fn wait(
         &self,
         window: u32,
         mode: Option<WaitMode>,
         timeout: Option<Duration>,
         cb: &mut dyn FnMut(u32, u8, &[u8]),
+    ) -> Result<Woke> {
+        let mut buf = Vec::new();
+        self.wait_in_place(window, mode, timeout, &mut |t, tag, b| b.with_slice(&mut buf, |s| cb(t, tag, s)))
+    }
+
+    /// `wait`, with each message's bytes in place.
+    pub fn wait_in_place(
+        &self,
+        window: u32,
+        mode: Option<WaitMode>,
+        timeout: Option<Duration>,
+        cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>),
     ) -> Result<Woke> {
         self.inner.check_window(window)?;
         self.inner.check_flih()?;
@@ -509,7 +545,7 @@ impl Inner {
 
     /// One non-sleeping pass over a window: backlogs, the queue, TCP inbox,
     /// then (only if no message came) a peer event or a notify.
-    pub(crate) fn progress(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Delivered {
+    pub(crate) fn progress(&self, window: u32, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Delivered {
         // Most passes find nothing: ask first, with plain loads.
         if !self.may_have_work(window) {
             return Delivered::default();
@@ -518,7 +554,7 @@ impl Inner {
     }
 
     /// progress without the question first.
-    pub(crate) fn pass(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Delivered {
+    pub(crate) fn pass(&self, window: u32, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Delivered {
         // Control frames the callbacks send leave together at its end.
         // Only TCP holds frames: without connections, spare the
         // thread-local bookkeeping (a connection made meanwhile just sends

@@ -11,7 +11,7 @@ use crate::shm::control::Control;
 use crate::shm::fbox::BoxTx;
 use crate::shm::queue::QueueWriter;
 use crate::sys::counters::{bump, GuardedCount};
-use crate::sys::error::{Error, Result};
+use crate::sys::error::{Corrupt, Error, Result};
 use crate::sys::limits::MAX_WINDOWS;
 use crate::sys::sync::lock;
 use crate::sys;
@@ -34,6 +34,10 @@ pub(crate) struct Peer {
     pub(crate) gone: AtomicBool,
     /// Its exit (or loss) was handled: reported once.
     pub(crate) ended: AtomicBool,
+    /// Ended by shared memory that broke its format (`peer_corrupt`) while
+    /// its process lived: when that process dies, its files are still ours
+    /// to remove.
+    pub(crate) corrupt: AtomicBool,
     pub(crate) direct_sends: AtomicU32,
     pub(crate) task: u32,
     /// The peer's control segment (local peers): its bells and windows.
@@ -129,6 +133,7 @@ impl Inner {
             lost: AtomicBool::new(false),
             gone: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            corrupt: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             pidfd: Mutex::new(None),
             pid: AtomicU32::new(0),
@@ -260,6 +265,10 @@ impl Inner {
             self.flih.unwatch(&fd);
         }
         if p.ended.swap(true, Ordering::AcqRel) {
+            // Reported already; a corrupt peer that died cannot clean up.
+            if p.corrupt.swap(false, Ordering::AcqRel) && !self.closed_in_order(p) {
+                crate::shm::segment::unlink_task_files(&self.cfg.shm_dir, &self.cfg.job, task);
+            }
             return;
         }
         let event = if self.closed_in_order(p) {
@@ -279,6 +288,34 @@ impl Inner {
         }
         let open = self.control.windows_open();
         for w in 0..open {
+            let win = &self.windows[w as usize];
+            lock(&win.peer_events).push_back(event);
+            win.peer_events_ready.store(true, Ordering::Release);
+            self.wake_own(w);
+        }
+    }
+
+    /// Shared memory between us and `task` broke its format (`what`, said
+    /// on stderr with `detail`): the task is dropped as if lost (its sends
+    /// fail, its messages are not awaited), and every window hears
+    /// Woke::PeerCorrupt once, so no wait goes on for it.  A structure no
+    /// task can be named for is reported in our own task's name.
+    pub(crate) fn peer_corrupt(&self, task: u32, what: Corrupt, detail: &str) {
+        eprintln!("doorbell: task {}: shared memory corrupt: {} ({detail}); dropping task {task}", self.cfg.task, what.what());
+        if task != self.cfg.task {
+            let p = self.peer_or_insert(task, true, None);
+            if p.ended.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            p.corrupt.store(true, Ordering::Release);
+            p.lost.store(true, Ordering::Release);
+            bump(&self.counters.peers_lost);
+            for (w, done) in self.tcp.fail_reads_from(task) {
+                self.report_read(w, done);
+            }
+        }
+        let event = Woke::PeerCorrupt(task, what);
+        for w in 0..self.control.windows_open() {
             let win = &self.windows[w as usize];
             lock(&win.peer_events).push_back(event);
             win.peer_events_ready.store(true, Ordering::Release);

@@ -57,15 +57,19 @@ impl PendingSet {
         self.conns.len()
     }
 
-    /// Track a connection that was sent its challenge (nonce).
-    pub fn insert(&mut self, token: u64, stream: TcpStream, nonce: Nonce, now: u64) {
+    /// Track a connection that was sent its challenge (nonce).  At CAP
+    /// already, the oldest makes room: it is returned, for the caller to close.
+    #[must_use]
+    pub fn insert(&mut self, token: u64, stream: TcpStream, nonce: Nonce, now: u64) -> Option<Pending> {
+        let evicted = if self.len() >= CAP { self.pop_oldest() } else { None };
         let p = Pending { stream, nonce, hello: [0; HELLO_BYTES], got: 0, deadline: now + HELLO_DEADLINE_NS };
         self.conns.insert(token, p);
         self.order.push_back(token);
+        evicted
     }
 
-    /// The oldest connection, taken out (to make room for a new one).
-    pub fn pop_oldest(&mut self) -> Option<Pending> {
+    /// The oldest connection, taken out.
+    fn pop_oldest(&mut self) -> Option<Pending> {
         while let Some(t) = self.order.pop_front() {
             if let Some(p) = self.conns.remove(&t) {
                 return Some(p);
@@ -145,23 +149,33 @@ mod tests {
         (c, s)
     }
 
+    /// Connection i is accepted at time i us: its deadline tells it apart.
+    fn deadline_of(i: u64) -> u64 {
+        HELLO_DEADLINE_NS + i * 1000
+    }
+
     #[test]
-    fn deadlines_and_cap_order() {
+    fn the_cap_closes_the_oldest_and_deadlines_come_in_accept_order() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut set = PendingSet::default();
         let mut clients = vec![];
-        for (i, t) in [10u64, 11, 12].iter().enumerate() {
+        let mut evicted = vec![];
+        for i in 0..CAP as u64 + 2 {
             let (c, s) = pair(&l);
             clients.push(c);
-            set.insert(*t, s, [0; 16], i as u64 * 1000);
+            evicted.extend(set.insert(100 + i, s, [0; 16], i * 1000).map(|p| p.deadline));
+            assert_eq!(set.len(), CAP.min(i as usize + 1));
         }
-        assert_eq!(set.next_deadline(), Some(HELLO_DEADLINE_NS));
-        assert!(set.pop_oldest().is_some());
-        assert_eq!(set.len(), 2);
-        assert_eq!(set.next_deadline(), Some(HELLO_DEADLINE_NS + 1000));
-        assert!(set.expired(HELLO_DEADLINE_NS + 1000).len() == 1);
-        assert_eq!(set.len(), 1);
-        assert_eq!(set.expired(u64::MAX).len(), 1);
+        assert_eq!(evicted, [deadline_of(0), deadline_of(1)], "the two oldest made room, in order");
+        // One that finished its handshake leaves a stale token in the order.
+        let greeted = set.conns.remove(&(100 + 3)).unwrap();
+        assert_eq!(greeted.deadline, deadline_of(3));
+        assert_eq!(set.next_deadline(), Some(deadline_of(2)));
+        let gone: Vec<u64> = set.expired(deadline_of(5)).iter().map(|p| p.deadline).collect();
+        assert_eq!(gone, [deadline_of(2), deadline_of(4), deadline_of(5)]);
+        assert_eq!(set.len(), CAP - 4);
+        assert_eq!(set.next_deadline(), Some(deadline_of(6)));
+        assert_eq!(set.expired(u64::MAX).len(), CAP - 4);
         assert_eq!(set.next_deadline(), None);
     }
 
@@ -172,7 +186,7 @@ mod tests {
         let me = Listener { secret: &key, job_hash: 5, task: 0, max_tasks: 10 };
         let mut set = PendingSet::default();
         let (mut c, s) = pair(&l);
-        set.insert(20, s, [1; 16], 0);
+        assert!(set.insert(20, s, [1; 16], 0).is_none());
         let t = Transcript { job_hash: 5, listener: 0, connector: 3, nonce_l: [1; 16], nonce_c: [2; 16] };
         use std::io::Write;
         let hello = t.hello(&key);
@@ -189,7 +203,7 @@ mod tests {
         assert_eq!(&rest, b"frame", "the bytes after the hello stay in the socket");
 
         let (mut c, s) = pair(&l);
-        set.insert(21, s, [1; 16], 0);
+        assert!(set.insert(21, s, [1; 16], 0).is_none());
         c.write_all(&t.hello(&[8; 16])).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
         assert!(matches!(set.readable(21, &me), Step::Stranger(_)), "another secret");

@@ -4,10 +4,11 @@
 
 use crate::endpoint::config::WaitMode;
 use crate::endpoint::{Inner, Woke};
+use crate::endpoint::learner::Ended;
 use crate::shm::bell;
+use crate::shm::shared_bytes::SharedBytes;
 use crate::sys::counters::bump;
 use crate::sys::error::Result;
-use crate::endpoint::learner::Ended;
 use crate::sys;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -115,7 +116,7 @@ impl Inner {
         window: u32,
         mode: WaitMode,
         timeout: Option<Duration>,
-        cb: &mut dyn FnMut(u32, u8, &[u8]),
+        cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>),
     ) -> Result<Woke> {
         // A message already here costs no clock read.
         if let Some(o) = self.progress(window, cb).outcome() {
@@ -195,7 +196,7 @@ impl Inner {
     /// Part-way through a large message: keep polling while its chunks keep
     /// coming, and sleep only once the sender stalled for STREAM_STALL_NS.
     /// Sleeping between chunks would cost a cross-CPU wake-up per chunk.
-    pub(crate) fn stream_receive(&self, window: u32, deadline: Option<u64>, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Option<Woke> {
+    pub(crate) fn stream_receive(&self, window: u32, deadline: Option<u64>, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Option<Woke> {
         let w = &self.windows[window as usize];
         let mut stall = Stall::new(deadline);
         loop {
@@ -219,7 +220,7 @@ impl Inner {
 
     /// The block phase of `wait`: arm, re-check, sleep, until something
     /// for this window happens or the deadline passes.
-    pub(crate) fn block(&self, window: u32, word: &AtomicU32, deadline: Option<u64>, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Result<Woke> {
+    pub(crate) fn block(&self, window: u32, word: &AtomicU32, deadline: Option<u64>, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Result<Woke> {
         let expired = |now: u64| deadline.is_some_and(|d| now >= d);
         loop {
             self.stream_backlog(deadline);
@@ -234,7 +235,7 @@ impl Inner {
             }
             // Local senders may ring lightly (bell.rs); a refused barrier
             // (never seen after a registration that worked) means polling on.
-            let barred = self.control.header().light_rings != 0 && !bell::heavy_barrier();
+            let barred = self.control.header().light_rings.load(Ordering::Relaxed) != 0 && !bell::heavy_barrier();
             if barred || self.has_work(window) {
                 bell::disarm(word);
             } else {

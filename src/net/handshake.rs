@@ -45,20 +45,31 @@ pub(crate) type Nonce = [u8; NONCE_BYTES];
 /// pool is first seeded at boot).
 pub(crate) fn random<const N: usize>() -> std::io::Result<[u8; N]> {
     let mut b = [0u8; N];
-    let mut got = 0;
-    while got < N {
-        // SAFETY: writes at most N - got bytes into b[got..], which is ours.
-        let r = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), N - got, 0) };
+    fill(&mut b, |rest| {
+        // SAFETY: writes at most rest.len() bytes into `rest`, which is ours.
+        let r = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
         if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-            continue;
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
         }
-        got += r as usize;
-    }
+    })?;
     Ok(b)
+}
+
+/// Fill all of `b` from `source`, which writes a prefix of the slice it is
+/// given and says how long: a short read asks again for the rest, EINTR
+/// asks again, any other error ends it.
+fn fill(b: &mut [u8], mut source: impl FnMut(&mut [u8]) -> std::io::Result<usize>) -> std::io::Result<()> {
+    let mut got = 0;
+    while got < b.len() {
+        match source(&mut b[got..]) {
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn challenge(listener: u32, nonce: &Nonce) -> [u8; CHALLENGE_BYTES] {
@@ -211,9 +222,40 @@ mod tests {
         assert!(!hello_prefix_ok(b"GET /"));
     }
 
+    /// Every byte of a secret is random: over 32 draws each position
+    /// takes more than one value (a fill that left a part of the buffer
+    /// alone keeps it 0: the chance that a random position repeats one
+    /// value 32 times is 2^-248).
     #[test]
-    fn random_is_not_constant() {
-        let (a, b) = (random::<16>().unwrap(), random::<16>().unwrap());
-        assert_ne!(a, b);
+    fn every_byte_of_a_draw_is_random() {
+        let draws: Vec<[u8; 16]> = (0..32).map(|_| random::<16>().unwrap()).collect();
+        for i in 0..16 {
+            assert!(draws.iter().any(|d| d[i] != draws[0][i]), "byte {i} is {} in every draw", draws[0][i]);
+        }
+    }
+
+    /// The kernel may return fewer bytes than asked, or EINTR: each byte
+    /// is filled exactly once, in order, and other errors end the fill.
+    #[test]
+    fn short_reads_and_interruptions_fill_the_rest() {
+        let mut next = 0u8;
+        let mut calls = 0;
+        let mut b = [0u8; 20];
+        fill(&mut b, |rest| {
+            calls += 1;
+            if calls % 3 == 0 {
+                return Err(std::io::ErrorKind::Interrupted.into());
+            }
+            let n = rest.len().min(3);
+            for x in &mut rest[..n] {
+                next += 1;
+                *x = next;
+            }
+            Ok(n)
+        })
+        .unwrap();
+        assert_eq!(b.to_vec(), (1..=20).collect::<Vec<u8>>());
+        let e = fill(&mut b, |_| Err(std::io::ErrorKind::PermissionDenied.into())).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
     }
 }

@@ -41,8 +41,10 @@
 //!   (queue.rs Q2) also covers a sender waiting for a slot.
 
 use crate::shm::segment::{bulk_name, Owner, Segment, ShmSafe};
+use crate::shm::shared_bytes::SharedBytes;
 use crate::sys::error::{Error, Result};
-use std::sync::atomic::{AtomicU32, Ordering};
+use crate::sys::sync::Pad;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const BULK_MAGIC: u64 = u64::from_le_bytes(*b"DBBULK\0\0");
 pub const BULK_VERSION: u32 = 1;
@@ -56,28 +58,30 @@ const MIN_SLOT: u64 = 256 << 10;
 const FREE: u32 = 0;
 const FULL: u32 = 1;
 
+/// Every field is an atomic (or padding): the receiver maps the file too.
+/// The fields before `version` are written once, before its Release store.
 #[repr(C)]
 pub struct BulkHeader {
-    pub magic: u64,
+    pub magic: AtomicU64,
     /// Written last by the sender (Release); 0 means "still initialising".
     pub version: AtomicU32,
-    pub slot_bytes: u32,
-    pub producer_task: u32,
-    pub consumer_task: u32,
-    pub window: u32,
-    pub generation: u32,
-    _pad0: [u8; 32],
+    pub slot_bytes: AtomicU32,
+    pub producer_task: AtomicU32,
+    pub consumer_task: AtomicU32,
+    pub window: AtomicU32,
+    pub generation: AtomicU32,
+    _pad0: Pad<32>,
     slots: [SlotState; SLOTS],
-    _pad1: [u8; 64],
+    _pad1: Pad<64>,
 }
 
 #[repr(C)]
 struct SlotState {
     state: AtomicU32,
-    _pad: [u8; 60],
+    _pad: Pad<60>,
 }
 
-// SAFETY: repr(C), integers and atomics only, all-zero is valid.
+// SAFETY: repr(C), atomics and padding only, all-zero is valid.
 unsafe impl ShmSafe for BulkHeader {}
 
 const _: () = assert!(std::mem::size_of::<BulkHeader>() == HEADER_BYTES);
@@ -147,20 +151,15 @@ impl BulkProducer {
         }
         let name = bulk_name(job, src, dst, window, generation);
         let seg = Segment::create(dir, &name, DATA_OFFSET + SLOTS * slot_bytes as usize, Owner::Unlocked)?;
-        // SAFETY: the segment is new, at least DATA_OFFSET long and page
-        // aligned, and not yet announced; no reference into it exists yet.
-        // These plain writes through the mapping's raw pointer are published
-        // by the Release store of `version`.
-        unsafe {
-            let h = seg.base() as *mut BulkHeader;
-            (*h).magic = BULK_MAGIC;
-            (*h).slot_bytes = slot_bytes as u32;
-            (*h).producer_task = src;
-            (*h).consumer_task = dst;
-            (*h).window = window;
-            (*h).generation = generation;
-        }
-        header(&seg).version.store(BULK_VERSION, Ordering::Release);
+        let h = header(&seg);
+        // Published by the Release store of `version`.
+        h.magic.store(BULK_MAGIC, Ordering::Relaxed);
+        h.slot_bytes.store(slot_bytes as u32, Ordering::Relaxed);
+        h.producer_task.store(src, Ordering::Relaxed);
+        h.consumer_task.store(dst, Ordering::Relaxed);
+        h.window.store(window, Ordering::Relaxed);
+        h.generation.store(generation, Ordering::Relaxed);
+        h.version.store(BULK_VERSION, Ordering::Release);
         Ok(BulkProducer { seg, generation, slot_bytes, next: 0, receiver_gone: false })
     }
 
@@ -224,12 +223,12 @@ impl BulkConsumer {
         if h.version.load(Ordering::Acquire) != BULK_VERSION {
             return Err(Error::Shm);
         }
-        let slot_bytes = h.slot_bytes as u64;
-        let ok = h.magic == BULK_MAGIC
-            && h.producer_task == src
-            && h.consumer_task == dst
-            && h.window == window
-            && h.generation == generation
+        let slot_bytes = h.slot_bytes.load(Ordering::Relaxed) as u64;
+        let ok = h.magic.load(Ordering::Relaxed) == BULK_MAGIC
+            && h.producer_task.load(Ordering::Relaxed) == src
+            && h.consumer_task.load(Ordering::Relaxed) == dst
+            && h.window.load(Ordering::Relaxed) == window
+            && h.generation.load(Ordering::Relaxed) == generation
             && slot_bytes > 0
             && seg.len() as u64 >= DATA_OFFSET as u64 + SLOTS as u64 * slot_bytes;
         if !ok {
@@ -238,8 +237,9 @@ impl BulkConsumer {
         Ok(BulkConsumer { seg, generation, slot_bytes })
     }
 
-    /// The message a BULK record names, checked against the segment.
-    pub fn message(&self, r: &BulkRef) -> Result<&[u8]> {
+    /// The message a BULK record names, checked against the segment, in
+    /// place (its sender maps the slot too: shared bytes, no slice).
+    pub fn message(&self, r: &BulkRef) -> Result<SharedBytes<'_>> {
         let slot = r.slot as usize;
         if r.generation != self.generation || slot >= SLOTS || r.len > self.slot_bytes {
             return Err(Error::Shm);
@@ -248,8 +248,9 @@ impl BulkConsumer {
             return Err(Error::Shm);
         }
         // SAFETY: the slot lies inside the segment (open checked its length,
-        // len <= slot_bytes), and B1 made the bytes visible.
-        Ok(unsafe { std::slice::from_raw_parts(slot_ptr(&self.seg, slot, self.slot_bytes), r.len as usize) })
+        // len <= slot_bytes), which lives as long as `self`; B1 made the
+        // bytes visible.
+        Ok(unsafe { SharedBytes::shared(slot_ptr(&self.seg, slot, self.slot_bytes), r.len as usize) })
     }
 
     /// For the fuzz target: (the mapping, the slots), as address ranges.

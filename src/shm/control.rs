@@ -21,8 +21,9 @@ use crate::shm::queue::QueueRef;
 use crate::shm::segment::{control_name, Owner, Segment, ShmSafe};
 use crate::sys::error::{Error, Result};
 use crate::sys::limits::MAX_WINDOWS;
+use crate::sys::sync::Pad;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DBCTRL\0\0");
 /// 2: WindowSlot::notified.  3: unlink_after, mapped_by.  4: inbound
@@ -33,28 +34,31 @@ pub const CONTROL_VERSION: u32 = 7;
 /// until it closes.
 const UNLINK_AT_CLOSE: u32 = u32::MAX;
 
+/// Every field is an atomic (or padding nobody reads): any process of the
+/// user may write the file while a reference to the header lives.  The
+/// fields before `version` are written once, before its Release store.
 #[repr(C)]
 pub struct ControlHeader {
-    pub magic: u64,
+    pub magic: AtomicU64,
     /// Written last by the creator (Release); 0 means "still initialising".
     pub version: AtomicU32,
-    pub owner_pid: u32,
-    pub owner_task: u32,
+    pub owner_pid: AtomicU32,
+    pub owner_task: AtomicU32,
     /// Windows 0..windows_open are open.
     pub windows_open: AtomicU32,
     /// Set to 1 by the owner on a clean close: its exit is not a loss.
     pub closed: AtomicU32,
     /// How many peers will map this segment (UNLINK_AT_CLOSE: unknown).
-    pub unlink_after: u32,
+    pub unlink_after: AtomicU32,
     /// Peers that mapped it so far; the one that brings it to
     /// `unlink_after` removes the name.
     pub mapped_by: AtomicU32,
     /// Data bytes of each window's queue (a power of 2, 4 KiB..1 GiB).
-    pub queue_bytes: u32,
+    pub queue_bytes: AtomicU32,
     /// 1: the owner makes bell.rs's heavy barrier before it sleeps, so a
     /// registered sender may ring this task's bells lightly.
-    pub light_rings: u32,
-    _pad: [u8; 20],
+    pub light_rings: AtomicU32,
+    _pad: Pad<20>,
 }
 
 /// One receive window.
@@ -68,10 +72,10 @@ pub struct WindowSlot {
     /// notify that finds the window awake is not lost: the owner's re-check
     /// after arming reads it (the queue's fence pairs with the arm's).
     pub notified: AtomicU32,
-    _pad: [u8; 56],
+    _pad: Pad<56>,
 }
 
-// SAFETY: repr(C), plain integers and atomics only, all-zero is valid.
+// SAFETY: repr(C), atomics and padding only, all-zero is valid.
 unsafe impl ShmSafe for ControlHeader {}
 // SAFETY: as above.
 unsafe impl ShmSafe for WindowSlot {}
@@ -139,20 +143,14 @@ impl Control {
         let name = control_name(job, task);
         let seg = Segment::create_reserving(dir, &name, file_len(qb), queue_at(1, qb), Owner::Locked)?;
         let mut c = Control::with(seg, qb)?;
-        // SAFETY: the segment is CONTROL_BYTES long and page aligned; we
-        // created it, no reference into it exists yet, and nobody validates
-        // it before `version` is published below, so these plain writes
-        // through the mapping's raw pointer are ours alone.
-        unsafe {
-            let p = c.seg.base() as *mut ControlHeader;
-            (*p).queue_bytes = queue_bytes;
-            (*p).magic = CONTROL_MAGIC;
-            (*p).owner_pid = std::process::id();
-            (*p).owner_task = task;
-            (*p).unlink_after = peers.map_or(UNLINK_AT_CLOSE, |n| n.min(UNLINK_AT_CLOSE - 1));
-            (*p).light_rings = crate::shm::bell::asymmetric() as u32;
-        }
         let h = c.header();
+        // Nobody validates these before `version` is published below.
+        h.queue_bytes.store(queue_bytes, Ordering::Relaxed);
+        h.magic.store(CONTROL_MAGIC, Ordering::Relaxed);
+        h.owner_pid.store(std::process::id(), Ordering::Relaxed);
+        h.owner_task.store(task, Ordering::Relaxed);
+        h.unlink_after.store(peers.map_or(UNLINK_AT_CLOSE, |n| n.min(UNLINK_AT_CLOSE - 1)), Ordering::Relaxed);
+        h.light_rings.store(crate::shm::bell::asymmetric() as u32, Ordering::Relaxed);
         h.windows_open.store(1, Ordering::Relaxed);
         // SYNC POINT B: publishes the header fields above (Acquire in `open`).
         h.version.store(CONTROL_VERSION, Ordering::Release);
@@ -176,17 +174,17 @@ impl Control {
         let h = c.header();
         // SYNC POINT B (reader side).
         if h.version.load(Ordering::Acquire) != CONTROL_VERSION
-            || h.magic != CONTROL_MAGIC
-            || h.owner_task != task
+            || h.magic.load(Ordering::Relaxed) != CONTROL_MAGIC
+            || h.owner_task.load(Ordering::Relaxed) != task
         {
             return Err(Error::Shm);
         }
         // The queue size comes from shared memory: checked before use.
-        let qb = h.queue_bytes as u64;
+        let qb = h.queue_bytes.load(Ordering::Relaxed) as u64;
         if !queue_bytes_ok(qb) || c.seg.len() < file_len(qb) {
             return Err(Error::Shm);
         }
-        let unlink = me != task && h.mapped_by.fetch_add(1, Ordering::AcqRel).wrapping_add(1) == h.unlink_after;
+        let unlink = me != task && h.mapped_by.fetch_add(1, Ordering::AcqRel).wrapping_add(1) == h.unlink_after.load(Ordering::Relaxed);
         c.queue_bytes = qb;
         // The owner mapping its own segment (a send to itself) is no peer.
         if unlink {
@@ -250,7 +248,7 @@ impl Control {
 
     /// Whether this process may ring the owner's bells with `ring_light`.
     pub fn rings_light(&self) -> bool {
-        self.header().light_rings != 0 && crate::shm::bell::asymmetric()
+        self.header().light_rings.load(Ordering::Relaxed) != 0 && crate::shm::bell::asymmetric()
     }
 
     pub fn header(&self) -> &ControlHeader {

@@ -42,8 +42,10 @@
 
 use crate::shm::queue::{BulkId, QueueConsumer, QueueRef, QueueWriter};
 use crate::shm::segment::ShmSafe;
+use crate::shm::shared_bytes::SharedBytes;
 use crate::sys::error::{Error, Result};
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::sys::sync::Pad;
+use crate::sys::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Boxes per receiver (window 0).
 pub const BOXES: usize = 8;
@@ -57,14 +59,23 @@ pub const BOX_AFTER: u32 = 16;
 pub struct BoxTable {
     pub claims: AtomicU32,
     pub owners: [AtomicU32; BOXES],
-    _pad: [u8; 64 - 4 - 4 * BOXES],
+    _pad: Pad<{ 64 - 4 - 4 * BOXES }>,
 }
 
-// SAFETY: repr(C), integers and atomics only, all-zero is valid (no box
+// SAFETY: repr(C), atomics and padding only, all-zero is valid (no box
 // claimed).
 unsafe impl ShmSafe for BoxTable {}
 
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<BoxTable>() == 64);
+
+/// Under loom a table is a value on the heap (queue.rs `HeapQueue`).
+#[cfg(loom)]
+impl Default for BoxTable {
+    fn default() -> BoxTable {
+        BoxTable { claims: AtomicU32::new(0), owners: std::array::from_fn(|_| AtomicU32::new(0)), _pad: Pad::default() }
+    }
+}
 
 /// A sender's box at one receiver.
 pub struct BoxTx {
@@ -116,6 +127,9 @@ pub struct BoxRx {
 #[derive(Default)]
 pub struct BoxesRx {
     pub boxes: Vec<BoxRx>,
+    /// Bit i: box i was claimed but is never read (unknown owner, or a
+    /// header that broke).
+    skipped: u32,
 }
 
 /// What a look for work (work_check.rs) reads of the boxes without the
@@ -142,9 +156,11 @@ impl BoxWatch {
         let n = self.active.load(Ordering::Acquire).min(BOXES);
         self.next[..n].iter().any(|p| {
             let p = p.load(Ordering::Acquire);
-            // SAFETY: a non-null pointer is a record header word inside a
-            // box of the receiver's own control segment (next_word), which
-            // stays mapped as long as the endpoint that owns this watch.
+            // SAFETY: a non-null pointer is a record header word of a box
+            // the BoxesRx that writes this watch took up (next_word): in
+            // the receiver's own control segment, which stays mapped as
+            // long as the endpoint that owns both (under loom: in the box's
+            // heap queue, which the test keeps as long as the watch).
             !p.is_null() && unsafe { &*p }.load(Ordering::Acquire) != 0
         })
     }
@@ -157,41 +173,115 @@ impl BoxWatch {
     }
 }
 
+/// Where a receiver's boxes are, for taking them up (F1): its watch and
+/// table, box i's queue (`open`), and the receiver's task and largest
+/// message.
+pub struct BoxPlace<'a> {
+    pub watch: &'a BoxWatch,
+    pub table: &'a BoxTable,
+    pub open: &'a dyn Fn(usize) -> Result<QueueRef>,
+    pub me: u32,
+    pub max_message: u64,
+}
+
+/// A structure a pass found broken (each is reported once, then no
+/// longer read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Broke {
+    /// The window's queue: a record broke the format.  The sender the
+    /// record names, or the one whose chunks it continued, if any.
+    Queue(Option<u32>),
+    /// The fast box of this sender.
+    Box(u32),
+}
+
+/// One delivering pass over a window: up to `budget` messages from its
+/// queue (None: not read, as after it broke) and, where it has boxes, from
+/// those (F3: before a queue message from a sender, everything in that
+/// sender's box).  `on_sender` hears the sender of each queue message
+/// before its callback.  Returns the number delivered and what broke.
+pub fn poll_window(
+    queue: Option<&mut QueueConsumer>,
+    mut boxes: Option<(&mut BoxesRx, &BoxPlace)>,
+    budget: usize,
+    on_sender: &mut dyn FnMut(u32),
+    cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>),
+) -> (usize, Vec<Broke>) {
+    let mut broke = Vec::new();
+    if let Some((b, place)) = boxes.as_mut() {
+        b.refresh(place, &mut broke);
+    }
+    let mut delivered = 0;
+    if let Some(q) = queue.filter(|q| q.has_data()) {
+        let mut from_boxes = 0;
+        let r = q.poll(budget, &mut |src, tag, data| {
+            on_sender(src);
+            if let Some((b, place)) = boxes.as_mut() {
+                // SYNC POINT F3: what the sender put in its box before
+                // this message comes first.
+                b.refresh(place, &mut broke);
+                from_boxes += b.drain_from(place.watch, src, cb, &mut broke);
+            }
+            cb(src, tag, data)
+        });
+        delivered += from_boxes;
+        match r {
+            Ok(n) => delivered += n,
+            Err(_) => broke.push(Broke::Queue(q.culprit())),
+        }
+    }
+    if let Some((b, place)) = boxes {
+        if delivered < budget {
+            delivered += b.poll(place.watch, budget - delivered, cb, &mut broke);
+        }
+    }
+    (delivered, broke)
+}
+
 impl BoxesRx {
-    /// Take up boxes claimed since the last look (F1) by receiver `me`.
-    /// `open(i)` gives box i.  One load when nothing moved.  (A box's owner
-    /// is watched already: its queued messages were read before it used
-    /// the box, F2.)
+    /// Take up boxes claimed since the last look (F1).  One load when
+    /// nothing moved.  (A box's owner is watched already: its queued
+    /// messages were read before it used the box, F2.)
     #[inline]
-    pub fn refresh(&mut self, watch: &BoxWatch, table: &BoxTable, open: impl Fn(usize) -> Result<QueueRef>, me: u32, max_message: u64) {
+    pub fn refresh(&mut self, place: &BoxPlace, broke: &mut Vec<Broke>) {
         // SYNC POINT F1 (receiver side).
-        let claims = table.claims.load(Ordering::Acquire);
-        if claims == watch.seen.load(Ordering::Relaxed) {
+        let claims = place.table.claims.load(Ordering::Acquire);
+        if claims == place.watch.seen.load(Ordering::Relaxed) {
             return;
         }
-        self.take_up(watch, claims, table, open, me, max_message);
+        self.take_up(claims, place, broke);
     }
 
     #[cold]
-    fn take_up(&mut self, watch: &BoxWatch, claims: u32, table: &BoxTable, open: impl Fn(usize) -> Result<QueueRef>, me: u32, max_message: u64) {
-        for (i, owner) in table.owners.iter().enumerate() {
+    fn take_up(&mut self, claims: u32, place: &BoxPlace, broke: &mut Vec<Broke>) {
+        for (i, owner) in place.table.owners.iter().enumerate() {
             let o = owner.load(Ordering::Acquire);
-            if o == 0 || self.boxes.iter().any(|b| b.index == i) {
+            if o == 0 || self.skipped & 1 << i != 0 || self.boxes.iter().any(|b| b.index == i) {
                 continue;
             }
             let task = o - 1;
             // Box records are whole messages: no bulk segments to name.
-            let id = BulkId { dir: String::new(), job: String::new(), src: 0, dst: me, window: 0 };
-            match open(i).and_then(|q| QueueConsumer::new(q, id, max_message)) {
-                Ok(c) if task < crate::sys::limits::MAX_TASKS => self.boxes.push(BoxRx { owner: task, index: i, c, broken: false }),
-                _ => eprintln!("doorbell: task {me}: fast box {i} claimed by an unknown sender ({o}); ignored"),
+            let id = BulkId { dir: String::new(), job: String::new(), src: 0, dst: place.me, window: 0 };
+            let me = place.me;
+            match (place.open)(i).and_then(|q| QueueConsumer::new(q, id, place.max_message)) {
+                _ if task >= crate::sys::limits::MAX_TASKS => {
+                    self.skipped |= 1 << i;
+                    eprintln!("doorbell: task {me}: fast box {i} claimed by an unknown sender ({o}); ignored");
+                }
+                Ok(c) => self.boxes.push(BoxRx { owner: task, index: i, c, broken: false }),
+                Err(_) => {
+                    // Its header is unreadable: what its owner puts there
+                    // would never arrive.
+                    self.skipped |= 1 << i;
+                    broke.push(Broke::Box(task));
+                }
             }
         }
         for (k, b) in self.boxes.iter().enumerate() {
-            watch.note(k, b);
+            place.watch.note(k, b);
         }
-        watch.active.store(self.boxes.len(), Ordering::Release);
-        watch.seen.store(claims, Ordering::Release);
+        place.watch.active.store(self.boxes.len(), Ordering::Release);
+        place.watch.seen.store(claims, Ordering::Release);
     }
 
     /// Anything unread in a box we know?
@@ -200,10 +290,10 @@ impl BoxesRx {
     }
 
     /// Deliver everything in `owner`'s box, if it has one (F3).
-    pub fn drain_from(&mut self, watch: &BoxWatch, owner: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> usize {
+    pub fn drain_from(&mut self, watch: &BoxWatch, owner: u32, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>), broke: &mut Vec<Broke>) -> usize {
         match self.boxes.iter_mut().enumerate().find(|(_, b)| b.owner == owner) {
             Some((k, b)) => {
-                let n = b.poll(usize::MAX, cb);
+                let n = b.poll(usize::MAX, cb, broke);
                 watch.note(k, b);
                 n
             }
@@ -212,13 +302,13 @@ impl BoxesRx {
     }
 
     /// Deliver up to `budget` messages from the boxes.
-    pub fn poll(&mut self, watch: &BoxWatch, budget: usize, cb: &mut dyn FnMut(u32, u8, &[u8])) -> usize {
+    pub fn poll(&mut self, watch: &BoxWatch, budget: usize, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>), broke: &mut Vec<Broke>) -> usize {
         let mut n = 0;
         for (k, b) in self.boxes.iter_mut().enumerate() {
             if n >= budget {
                 break;
             }
-            let got = b.poll(budget - n, cb);
+            let got = b.poll(budget - n, cb, broke);
             if got > 0 || b.broken {
                 watch.note(k, b);
             }
@@ -229,7 +319,9 @@ impl BoxesRx {
 }
 
 impl BoxRx {
-    fn poll(&mut self, budget: usize, cb: &mut dyn FnMut(u32, u8, &[u8])) -> usize {
+    /// Deliver up to `budget` messages; a box that breaks the record format
+    /// goes in `broke` (once: it is not read again).
+    fn poll(&mut self, budget: usize, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>), broke: &mut Vec<Broke>) -> usize {
         if self.broken || !self.c.has_data() {
             return 0;
         }
@@ -245,7 +337,7 @@ impl BoxRx {
         });
         if r.is_err() || r.is_ok_and(|k| k != n) {
             self.broken = true;
-            eprintln!("doorbell: the fast box of task {owner} is corrupt; its later messages are lost");
+            broke.push(Broke::Box(owner));
         }
         n
     }
@@ -263,4 +355,85 @@ pub fn box_at(i: usize) -> Result<usize> {
         return Err(Error::InvalidArgument);
     }
     Ok(i * QueueRef::box_bytes(BOX_BYTES) as usize)
+}
+
+/// The boxes' protocol, model-checked on this file's code and queue.rs's:
+/// a sender thread that puts its first message in the receiver's queue,
+/// claims a box (F1) and puts the next ones in the box when its queued
+/// messages were read (F2) and the box has room, else in the queue (F3); and a receiver thread that
+/// makes this file's pass (`poll_window`: F1, F3) and sleeps on bell.rs's
+/// bell after the re-check a wait makes (the queue's words, `BoxWatch`).
+/// A lost wake-up is a loom deadlock; a message out of order fails.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::shm::bell::loom_tests::FakeFutex;
+    use crate::shm::bell::{arm, disarm, ring, sleep};
+    use crate::shm::queue::QueueProducer;
+    use crate::shm::record::Gather;
+    use loom::sync::Arc;
+
+    const SENDER: u32 = 5;
+    const RECEIVER: u32 = 1;
+    const PID: u32 = 77;
+
+    #[test]
+    fn messages_keep_their_order_across_queue_and_box_and_wake_the_receiver() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let queue = QueueRef::on_heap(256, true);
+            let fast_box = QueueRef::on_heap(64, false);
+            let table = Arc::new(BoxTable::default());
+            let bell = Arc::new(AtomicU32::new(0));
+            let fx = Arc::new(FakeFutex::new());
+            let id = |src| BulkId { dir: String::new(), job: String::new(), src, dst: RECEIVER, window: 0 };
+            let p = QueueProducer::new(queue.clone(), id(SENDER), PID, 0).unwrap();
+            let (t2, b2, f2, box2) = (table.clone(), bell.clone(), fx.clone(), fast_box.clone());
+            let sender = loom::thread::spawn(move || {
+                let w = p.writer();
+                let mut ring_it = || {
+                    ring(&*f2, &b2);
+                    false
+                };
+                assert!(w.write_whole(0, &Gather::new(&[&[0u8; 16][..]]), &mut ring_it), "room in the queue");
+                let tx = BoxTx::claim(&t2, SENDER, PID, |i| if i == 0 { Ok(box2.clone()) } else { Err(Error::Shm) }).expect("a free box");
+                for i in 1..3u8 {
+                    // 32-byte records: the box (64 bytes) holds one.
+                    let m = [i; 16];
+                    let parts = [&m[..]];
+                    let g = Gather::new(&parts);
+                    // path/shm.rs send_local: the box if F2 allows, else the queue.
+                    let boxed = tx.open_after(w, 16) && tx.w.write_whole(i, &g, &mut ring_it);
+                    assert!(boxed || w.write_whole(i, &g, &mut ring_it), "room in the queue");
+                }
+                drop(p);
+            });
+            let mut c = QueueConsumer::new(queue, id(0), 1 << 20).unwrap();
+            let mut boxes = BoxesRx::default();
+            let watch = BoxWatch::default();
+            let open = |i: usize| if i == 0 { Ok(fast_box.clone()) } else { Err(Error::Shm) };
+            let place = BoxPlace { watch: &watch, table: &table, open: &open, me: RECEIVER, max_message: 1 << 20 };
+            let mut got = 0u8;
+            while got < 3 {
+                let (n, broke) = poll_window(Some(&mut c), Some((&mut boxes, &place)), usize::MAX, &mut |_| {}, &mut |src, tag, d| {
+                    assert_eq!((src, tag, d.to_vec()), (SENDER, got, vec![got; 16]), "message {got}");
+                    got += 1;
+                });
+                assert!(broke.is_empty(), "{broke:?}");
+                if n > 0 {
+                    continue;
+                }
+                // wait.rs: arm, re-check every source (has_work), sleep.
+                let token = arm(&bell);
+                if c.has_data() || boxes.has_data() || watch.may_have_data(&table) {
+                    disarm(&bell);
+                    continue;
+                }
+                sleep(&*fx, &bell, token, None);
+                disarm(&bell);
+            }
+            sender.join().unwrap();
+        });
+    }
 }

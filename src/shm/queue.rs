@@ -48,21 +48,32 @@
 //!   after arming its own bell; when set it takes every bit and rings each
 //!   sender's bell.  As in R3 the arm's fence pairs with the producer's:
 //!   either the producer sees the room, or the consumer sees its bit.
-//!   (bell.rs's loom test `queue_backpressure_two_producers` models it.)
+//!   (The loom tests below check this code: `loom_tests`.)
 
 use crate::shm::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK_REF_BYTES};
+#[cfg(not(loom))]
+use crate::shm::record::word_at;
+use crate::shm::record::{
+    align16, has_prefetchw, prefetch_for_write, Gather, Record, ALIGN, BULK, FIRST, HOT_BYTES, LAST, LEN_MAX, MIN_CHUNK, PAD, REC, SPARE_MAX, TOTAL_BYTES,
+};
+#[cfg(not(loom))]
+use crate::shm::segment::Segment;
+use crate::shm::segment::ShmSafe;
+use crate::shm::shared_bytes::SharedBytes;
 use crate::sys::counters::GuardedCount;
 use crate::sys::error::{Error, Result};
 use crate::sys::limits::MAX_TASKS;
-use crate::shm::record::{
-    align16, has_prefetchw, prefetch_for_write, word_at, Gather, Record, ALIGN, BULK, FIRST, HOT_BYTES, LAST, LEN_MAX, MIN_CHUNK, PAD, REC, SPARE_MAX, TOTAL_BYTES,
-};
-use crate::shm::segment::{Segment, ShmSafe};
+use crate::sys::sync::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering, Pad};
 use std::collections::HashMap;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-const WORDS: usize = (MAX_TASKS / 64) as usize;
+/// Senders a queue's table has room for.  Under loom every atomic is an
+/// object the model tracks: a table for 64 senders.
+#[cfg(not(loom))]
+const TABLE_TASKS: usize = MAX_TASKS as usize;
+#[cfg(loom)]
+const TABLE_TASKS: usize = 64;
+const WORDS: usize = TABLE_TASKS / 64;
 /// Lines a producer asks for ahead of the next record: 2 KiB (1 KiB
 /// messages: 2.2 -> 4.6 M msg/s; one line ahead only, 8-byte messages:
 /// 7.8 -> 9.2).
@@ -77,7 +88,7 @@ const PREFETCH_LINES: u64 = 32;
 /// the copy's own line fills (perf: 84% of `put`'s samples, 2 KiB
 /// Iallreduce at 4 ranks 1.19x -> 1.12x vader without them), while a
 /// stream of 2 KiB messages without them runs at 0.4x the rate.
-static RECEIVE_PASSES: AtomicU64 = AtomicU64::new(0);
+static RECEIVE_PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A receive pass begins (work_check.rs, endpoint `Inner::pass`).
 #[inline(always)]
@@ -100,22 +111,22 @@ const STEAL_AFTER: u32 = 16;
 pub struct RingHeader {
     /// The producer lock: 0, or the pid of the producer that holds it.
     pub lock: AtomicU32,
-    _pad0: u32,
+    _pad0: Pad<4>,
     /// Bytes ever written; read and written only under the lock.
     pub tail: AtomicU64,
     /// Tail position at which a producer next looks for an empty queue to
     /// rewind (record.rs HOT_BYTES); under the lock.
     pub next_rewind_check: AtomicU64,
-    _pad1: [u8; 104],
+    _pad1: Pad<104>,
     /// Bytes ever consumed (the consumer's line).  The producers' line and
     /// this one are 128 bytes apart: CPUs fetch lines in 128-byte pairs,
     /// and a pair written by both sides on every record would cross
     /// between the cores on every record.
     pub head: AtomicU64,
-    _pad2: [u8; 120],
+    _pad2: Pad<120>,
     /// Nonzero: some bit of `waiting` may be set.
     pub any_waiting: AtomicU32,
-    _pad3: [u8; 124],
+    _pad3: Pad<124>,
 }
 
 /// What a queue shared by many senders has besides its ring.
@@ -127,7 +138,7 @@ pub struct SenderTable {
     pub closed: [AtomicU64; WORDS],
     /// Sender task t's pid, stored before its first record: the receiver
     /// watches a sender it never connected to.
-    pub pids: [AtomicU32; MAX_TASKS as usize],
+    pub pids: [AtomicU32; TABLE_TASKS],
 }
 
 #[repr(C)]
@@ -139,17 +150,21 @@ pub struct QueueHeader {
 pub const RING_HEADER_BYTES: usize = 384;
 pub const QUEUE_HEADER_BYTES: usize = 4480 + 4 * MAX_TASKS as usize;
 
-// SAFETY: repr(C), integers and atomics only, all-zero is valid (an empty
+// SAFETY: repr(C), atomics and padding only, all-zero is valid (an empty
 // queue at position 0, unlocked, nobody waiting or closed).
 unsafe impl ShmSafe for QueueHeader {}
 // SAFETY: as above.
 unsafe impl ShmSafe for RingHeader {}
 
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<RingHeader>() == RING_HEADER_BYTES);
-const _: () = assert!(std::mem::size_of::<QueueHeader>() == QUEUE_HEADER_BYTES);
-const _: () = assert!(std::mem::offset_of!(RingHeader, head) == 128);
-const _: () = assert!(std::mem::offset_of!(RingHeader, any_waiting) == 256);
-const _: () = assert!(std::mem::offset_of!(QueueHeader, table) == 384);
+#[cfg(not(loom))]
+const _: () = {
+    assert!(std::mem::size_of::<QueueHeader>() == QUEUE_HEADER_BYTES);
+    assert!(std::mem::offset_of!(RingHeader, head) == 128);
+    assert!(std::mem::offset_of!(RingHeader, any_waiting) == 256);
+    assert!(std::mem::offset_of!(QueueHeader, table) == 384);
+};
 const _: () = assert!(QUEUE_HEADER_BYTES.is_multiple_of(64));
 
 fn bit(task: u32) -> (usize, u64) {
@@ -157,15 +172,20 @@ fn bit(task: u32) -> (usize, u64) {
 }
 
 /// Where one queue lies: a segment, the header's offset, the data size.
+/// (Under loom: a heap stand-in, `HeapQueue`.)
 #[derive(Clone)]
 pub struct QueueRef {
     /// Keeps the mapping (and so `hdr_at`) alive.
+    #[cfg(not(loom))]
     #[cfg_attr(not(any(test, feature = "fuzzing")), allow(dead_code))]
     seg: Arc<Segment>,
+    #[cfg(loom)]
+    heap: Arc<HeapQueue>,
     cap: u64,
     /// The header's address (`seg`'s mapping + `at`), kept here: through
     /// `seg` it was one more dependent load, a cache miss after a context
     /// switch, on every send and every progress call.
+    #[cfg(not(loom))]
     hdr_at: std::ptr::NonNull<u8>,
     /// A whole queue (QueueHeader) or a fast box (RingHeader only).
     shared: bool,
@@ -175,10 +195,112 @@ pub struct QueueRef {
 // Sync) keeps alive and never moves; everything reached through it is
 // atomics or bytes written under the queue's own protocol, as through
 // `seg` itself.
+#[cfg(not(loom))]
 unsafe impl Send for QueueRef {}
 // SAFETY: as above.
+#[cfg(not(loom))]
 unsafe impl Sync for QueueRef {}
 
+/// Under loom: a queue on the heap, standing in for one in shared memory.
+/// Loom's atomics are objects of the model, which cannot be laid over
+/// bytes: the header and table are values, and each 16-byte slot of the
+/// data area has its record header word here.  Each slot also has a loom
+/// cell that the producer's payload writes and the consumer's reads touch
+/// (`QueueRef::touch`): loom then reports a read of a payload not ordered
+/// after its write (SYNC POINT R1), or a write not ordered after the read
+/// of the record it reuses (R2), as a data race.
+#[cfg(loom)]
+pub struct HeapQueue {
+    ring: RingHeader,
+    table: SenderTable,
+    words: Box<[AtomicU64]>,
+    cells: Box<[loom::cell::UnsafeCell<()>]>,
+    data: Box<[std::cell::UnsafeCell<u8>]>,
+}
+
+// SAFETY: the payload bytes are written and read only under the queue's
+// protocol (loom checks it, through `cells`), and the cells hold no data.
+#[cfg(loom)]
+unsafe impl Sync for HeapQueue {}
+// SAFETY: as above; nothing in it belongs to one thread.
+#[cfg(loom)]
+unsafe impl Send for HeapQueue {}
+
+#[cfg(loom)]
+impl RingHeader {
+    fn zeroed() -> RingHeader {
+        RingHeader {
+            lock: AtomicU32::new(0),
+            _pad0: Pad::default(),
+            tail: AtomicU64::new(0),
+            next_rewind_check: AtomicU64::new(0),
+            _pad1: Pad::default(),
+            head: AtomicU64::new(0),
+            _pad2: Pad::default(),
+            any_waiting: AtomicU32::new(0),
+            _pad3: Pad::default(),
+        }
+    }
+}
+
+#[cfg(loom)]
+impl QueueRef {
+    /// A queue of `cap` data bytes (a power of two, at least 64) on the
+    /// heap: a window's queue (`shared`, with a sender table) or a fast box.
+    pub fn on_heap(cap: u64, shared: bool) -> QueueRef {
+        assert!(cap.is_power_of_two() && cap >= 64);
+        let slots = (cap / ALIGN) as usize;
+        let heap = HeapQueue {
+            ring: RingHeader::zeroed(),
+            table: SenderTable {
+                waiting: std::array::from_fn(|_| AtomicU64::new(0)),
+                closed: std::array::from_fn(|_| AtomicU64::new(0)),
+                pids: std::array::from_fn(|_| AtomicU32::new(0)),
+            },
+            words: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+            cells: (0..slots).map(|_| loom::cell::UnsafeCell::new(())).collect(),
+            data: (0..cap).map(|_| std::cell::UnsafeCell::new(0)).collect(),
+        };
+        QueueRef { heap: Arc::new(heap), cap, shared }
+    }
+
+    pub fn hdr(&self) -> &RingHeader {
+        &self.heap.ring
+    }
+
+    pub fn table(&self) -> Option<&SenderTable> {
+        self.shared.then_some(&self.heap.table)
+    }
+
+    fn data(&self) -> *mut u8 {
+        // UnsafeCell<u8> is repr(transparent): writes through this pointer
+        // are writes into the cells.
+        self.heap.data.as_ptr() as *mut u8
+    }
+
+    fn word(&self, pos: u64) -> &AtomicU64 {
+        debug_assert!(pos.is_multiple_of(ALIGN));
+        &self.heap.words[(self.offset(pos) / ALIGN) as usize]
+    }
+
+    /// The payload bytes [pos, pos + len) of the data area are written
+    /// (`write`) or read now: tell loom (see HeapQueue).
+    fn touch(&self, pos: u64, len: u64, write: bool) {
+        if len == 0 {
+            return;
+        }
+        let (first, last) = (self.offset(pos) / ALIGN, (self.offset(pos) + len - 1) / ALIGN);
+        for c in &self.heap.cells[first as usize..=last as usize] {
+            if write {
+                c.with_mut(|_| ());
+            } else {
+                c.with(|_| ());
+            }
+        }
+    }
+}
+
+#[cfg(not(loom))]
 impl QueueRef {
     /// The queue whose header is at `at` in `seg`, followed by `cap` data
     /// bytes.  Checked here, since `cap` may come from shared memory.
@@ -203,16 +325,6 @@ impl QueueRef {
         // Inside the mapping (checked above), so never null.
         let hdr_at = std::ptr::NonNull::new(seg.base().wrapping_add(at)).ok_or(Error::Shm)?;
         Ok(QueueRef { seg, cap, hdr_at, shared })
-    }
-
-    /// Bytes a queue of `cap` data bytes takes.
-    pub const fn bytes(cap: u64) -> u64 {
-        QUEUE_HEADER_BYTES as u64 + cap
-    }
-
-    /// Bytes a fast box of `cap` data bytes takes.
-    pub const fn box_bytes(cap: u64) -> u64 {
-        RING_HEADER_BYTES as u64 + cap
     }
 
     /// The header, without `Segment::at`'s checks on every call: it is on
@@ -241,19 +353,35 @@ impl QueueRef {
         unsafe { self.hdr_at.as_ptr().add(header) }
     }
 
-    /// Offset of byte position `pos` in the data area: a mask, not a
-    /// division (`cap` is a power of two, checked in `new`), since it is on
-    /// the path of every record sent and polled.
-    fn offset(&self, pos: u64) -> u64 {
-        pos & (self.cap - 1)
-    }
-
     /// The header word of the record at position `pos` (record.rs).
     fn word(&self, pos: u64) -> &AtomicU64 {
         // SAFETY: offset(pos) is 16-aligned whenever pos is (callers keep
         // positions 16-aligned), cap >= 4096 leaves a header's room, and
         // the data area is inside the mapping (new()).
         unsafe { word_at(self.data(), self.offset(pos)) }
+    }
+
+    /// Nothing to tell: only loom checks payload accesses.
+    #[inline(always)]
+    fn touch(&self, _pos: u64, _len: u64, _write: bool) {}
+}
+
+impl QueueRef {
+    /// Bytes a queue of `cap` data bytes takes.
+    pub const fn bytes(cap: u64) -> u64 {
+        QUEUE_HEADER_BYTES as u64 + cap
+    }
+
+    /// Bytes a fast box of `cap` data bytes takes.
+    pub const fn box_bytes(cap: u64) -> u64 {
+        RING_HEADER_BYTES as u64 + cap
+    }
+
+    /// Offset of byte position `pos` in the data area: a mask, not a
+    /// division (`cap` is a power of two, checked in `new`), since it is on
+    /// the path of every record sent and polled.
+    fn offset(&self, pos: u64) -> u64 {
+        pos & (self.cap - 1)
     }
 
     /// Anything unread, or a sender waiting for room?  Read from the
@@ -277,7 +405,7 @@ impl QueueRef {
     /// Has sender `task` closed in order?  (Its bit in `closed`.)
     pub fn sender_closed(&self, task: u32) -> bool {
         let (w, b) = bit(task);
-        task < MAX_TASKS && self.table().is_some_and(|t| t.closed[w].load(Ordering::Acquire) & b != 0)
+        self.table().and_then(|t| t.closed.get(w)).is_some_and(|c| c.load(Ordering::Acquire) & b != 0)
     }
 }
 
@@ -305,6 +433,9 @@ pub struct QueueWriter {
     /// The last `head` seen (R2).  Written under the lock; `set_waiting`
     /// reads it without, to tell whether the consumer moved since.
     head_cache: AtomicU64,
+    /// A `head` was seen that no consumer writes (past the tail, or more
+    /// than a ring behind it): the header is corrupt.  Set under the lock.
+    bad_head: AtomicBool,
     /// Messages `write_whole` put in, and bells it found needless; written
     /// under the queue lock only.
     pub(crate) sent: GuardedCount,
@@ -347,6 +478,7 @@ impl QueueWriter {
             pid,
             prefetch: has_prefetchw(),
             head_cache: AtomicU64::new(0),
+            bad_head: AtomicBool::new(false),
             sent: GuardedCount::default(),
             skipped: GuardedCount::default(),
             last_end: AtomicU64::new(0),
@@ -377,15 +509,28 @@ impl QueueWriter {
         true
     }
 
+    /// The consumer's `head` as it is now (SYNC POINT R2, producer side),
+    /// noted in `head_cache`; None if no consumer wrote it (past `tail`,
+    /// or more than a ring behind it): the header is corrupt, and the
+    /// producer's next `write` says so (`bad_head`).  Caller holds the lock.
+    fn fresh_head(&self, tail: u64) -> Option<u64> {
+        let head = self.q.hdr().head.load(Ordering::Acquire);
+        if head > tail || tail - head > self.q.cap {
+            self.bad_head.store(true, Ordering::Relaxed);
+            return None;
+        }
+        self.head_cache.store(head, Ordering::Relaxed);
+        Some(head)
+    }
+
     /// Bytes that may be written at `tail` now; 16 kept back for the next
     /// header word (record.rs R1).  Caller holds the lock.
     fn free(&self, tail: u64, need: u64) -> u64 {
         let room = |head: u64| self.q.cap.saturating_sub(ALIGN + tail.saturating_sub(head));
         let mut head = self.head_cache.load(Ordering::Relaxed);
         if room(head) < need {
-            // SYNC POINT R2 (producer side).
-            head = self.q.hdr().head.load(Ordering::Acquire);
-            self.head_cache.store(head, Ordering::Relaxed);
+            let Some(h) = self.fresh_head(tail) else { return 0 };
+            head = h;
         }
         room(head)
     }
@@ -426,6 +571,7 @@ impl QueueWriter {
         // SAFETY: the caller's contract; the consumer reads none of it
         // before the header's Release below.
         fill(unsafe { self.q.data().add((pos + REC) as usize) });
+        self.q.touch(*tail + REC, rec.len as u64, true);
         let size = rec.size_at(pos, cap);
         // The next record's header word reads 0 until that record is put.
         self.q.word(*tail + size).store(0, Ordering::Relaxed);
@@ -457,12 +603,9 @@ impl QueueWriter {
     /// `need`-byte record about to be written would not fit before the pad
     /// (then a busy reader would leave the writer waiting on an empty queue).
     fn rewind_if_empty(&self, tail: &mut u64, next_rewind_check: &mut u64, need: u64) {
-        // SYNC POINT R2 (producer side).
-        let head = self.q.hdr().head.load(Ordering::Acquire);
-        self.head_cache.store(head, Ordering::Relaxed);
         let pos = self.q.offset(*tail);
         let walking = pos >= HOT_BYTES;
-        if head == *tail && walking && need + ALIGN <= pos {
+        if self.fresh_head(*tail) == Some(*tail) && walking && need + ALIGN <= pos {
             // SAFETY: the queue is empty and we hold the lock.
             unsafe { self.put(tail, Record::new(0, 0, PAD), None, None) };
             *next_rewind_check = *tail + HOT_BYTES;
@@ -505,7 +648,8 @@ impl QueueWriter {
     pub fn write_whole(&self, tag: u8, msg: &Gather, ring: &mut dyn FnMut() -> bool) -> bool {
         let h = self.q.hdr();
         let total = msg.len();
-        if !self.takes_whole(total) {
+        // A corrupt header is the producer's to report (`write`).
+        if !self.takes_whole(total) || self.bad_head.load(Ordering::Relaxed) {
             return false;
         }
         // SYNC POINT Q1 (acquire): one try; a busy lock means the careful path.
@@ -518,7 +662,7 @@ impl QueueWriter {
             if tail >= next {
                 self.rewind_if_empty(&mut tail, &mut next, align16(REC + total));
             }
-            self.put_whole(&mut tail, Record::new(total, tag, FIRST | LAST), msg, 0, true)
+            !self.bad_head.load(Ordering::Relaxed) && self.put_whole(&mut tail, Record::new(total, tag, FIRST | LAST), msg, 0, true)
         };
         if ok {
             self.sent.add(1);
@@ -694,7 +838,13 @@ impl QueueProducer {
             self.busy = true;
             return Ok(false);
         }
-        let done = self.write_locked(tag, msg, offset);
+        // A head no consumer wrote, seen by this write or an earlier one
+        // (which went on by the head it knew, a safe bound).
+        let done = !self.w.bad_head.load(Ordering::Relaxed) && self.write_locked(tag, msg, offset);
+        if !done && self.w.bad_head.load(Ordering::Relaxed) {
+            self.unlock();
+            return Err(Error::Shm);
+        }
         // A message part-way in keeps the lock (module comment, Q1).
         if done || *offset == 0 {
             self.unlock();
@@ -733,6 +883,9 @@ impl QueueProducer {
         let bulk = *offset == 0 && align16(total) > cap / 4 && total <= self.bulk_max;
         if self.tail >= self.next_rewind_check {
             self.rewind_if_empty(if bulk { align16(REC + BULK_REF_BYTES as u64) } else { align16(REC + total - *offset) });
+            if self.w.bad_head.load(Ordering::Relaxed) {
+                return false;
+            }
         }
         if bulk {
             if let Some(done) = self.write_bulk(tag, msg) {
@@ -743,6 +896,10 @@ impl QueueProducer {
             }
         }
         loop {
+            // The consumer's head this round decides by.  A "no room" must
+            // hold for the head set_waiting compares with (Q2): if a later
+            // look in this round found the head moved, decide again.
+            let seen = self.w.head_cache.load(Ordering::Relaxed);
             let remaining = total - *offset;
             let pos = self.w.q.offset(self.tail);
             let to_end = cap - pos;
@@ -763,9 +920,16 @@ impl QueueProducer {
             let free = self.free(if whole <= to_end { whole } else { (to_end + whole).min(cap) });
             let room = free.min(to_end);
             if room < ALIGN + MIN_CHUNK {
-                if to_end < ALIGN + MIN_CHUNK && free > to_end {
+                // Pad to the end only if a record follows it in this call:
+                // a pad alone frees nothing, and a caller rings the consumer
+                // only once part of the message went in.
+                let after = free.saturating_sub(to_end);
+                if to_end < ALIGN + MIN_CHUNK && free > to_end && (after >= whole || after >= ALIGN + MIN_CHUNK) {
                     // SAFETY: to_end < free; a PAD header fits (16-aligned).
                     unsafe { self.put(rec(0, PAD), None, None) };
+                    continue;
+                }
+                if self.w.head_cache.load(Ordering::Relaxed) != seen {
                     continue;
                 }
                 return false;
@@ -873,13 +1037,32 @@ impl Drop for QueueProducer {
 
 /// Is the process that holds a lock gone?  A value that is no pid at all
 /// (from a corrupt header) counts as gone.
+#[cfg(not(loom))]
 fn holder_gone(pid: u32) -> bool {
     pid > i32::MAX as u32 || !crate::sys::process_alive(pid)
 }
 
+/// Under loom every lock holder is a live thread.
+#[cfg(loom)]
+fn holder_gone(_pid: u32) -> bool {
+    false
+}
+
 /// Address ranges [start, end), for the fuzz target's checks.
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(all(not(loom), any(test, feature = "fuzzing")))]
 pub(crate) type AddrRanges = Vec<(usize, usize)>;
+
+/// Append `n` bytes at `src` (in shared memory) to `v`, by copy.
+/// SAFETY (caller): `src` is valid for `n` reads.
+unsafe fn extend_from_raw(v: &mut Vec<u8>, src: *const u8, n: usize) {
+    v.reserve(n);
+    // SAFETY: `v` has room for `n` more bytes, written before set_len; the
+    // source is the caller's; `v` is our own buffer, not the queue.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, v.as_mut_ptr().add(v.len()), n);
+        v.set_len(v.len() + n);
+    }
+}
 
 /// The receiver's side of its window's queue.
 pub struct QueueConsumer {
@@ -909,6 +1092,19 @@ impl QueueConsumer {
         &self.q
     }
 
+    /// The consumer's position: bytes of the queue consumed so far.
+    pub fn position(&self) -> u64 {
+        self.head
+    }
+
+    /// After `poll` found the record at `head` broken: the sender it names
+    /// (if it was written for this position and names a possible task),
+    /// else the one whose chunked message it continued, if any.
+    pub fn culprit(&self) -> Option<u32> {
+        let named = Record::from_word(self.q.word(self.head).load(Ordering::Acquire), self.head).map(|r| r.src as u32);
+        named.filter(|&t| t < MAX_TASKS).or(self.assembling.as_ref().map(|a| a.0))
+    }
+
     /// Part-way through a chunked message?
     pub fn in_message(&self) -> bool {
         self.assembling.is_some()
@@ -928,9 +1124,10 @@ impl QueueConsumer {
     }
 
     /// Deliver up to `budget` complete messages as (sender, tag, bytes).
-    /// A record that breaks the format is an error; nothing is read
-    /// outside the queue.
-    pub fn poll(&mut self, budget: usize, deliver: &mut dyn FnMut(u32, u8, &[u8])) -> Result<usize> {
+    /// A whole record or a bulk slot is handed over in place, as shared
+    /// bytes (shared_bytes.rs): no slice is made over the queue.  A record
+    /// that breaks the format is an error; nothing is read outside the queue.
+    pub fn poll(&mut self, budget: usize, deliver: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Result<usize> {
         let cap = self.q.cap;
         let mut n = 0;
         while n < budget {
@@ -940,13 +1137,17 @@ impl QueueConsumer {
                 0 => break,
                 w => Record::from_word(w, self.head).ok_or(Error::Shm)?,
             };
-            // SAFETY: pos + REC <= cap (16-aligned, cap >= 4096), and R1
-            // made the record visible.
-            let at = unsafe { self.q.data().add(pos as usize) };
             let size = rec.size_at(pos, cap);
             let src = rec.src as u32;
             if pos + size > cap || src >= MAX_TASKS {
                 return Err(Error::Shm);
+            }
+            // SAFETY: pos + REC + len <= pos + size <= cap (checked above),
+            // so the payload lies in the data area; R1 made it visible.
+            let payload = unsafe { self.q.data().add((pos + REC) as usize) } as *const u8;
+            let len = rec.len as usize;
+            if rec.flags & PAD == 0 {
+                self.q.touch(self.head + REC, len as u64, false);
             }
             if rec.flags & PAD == 0 && self.assembling.as_ref().is_some_and(|a| a.0 != src) {
                 // Another sender holds the lock: the one whose chunks these
@@ -954,46 +1155,51 @@ impl QueueConsumer {
                 self.assembling = None;
             }
             if rec.flags & BULK != 0 {
-                // SAFETY: REC + len <= size and pos + size <= cap.
-                let payload = unsafe { std::slice::from_raw_parts(at.add(REC as usize), rec.len as usize) };
-                let r = BulkRef::from_bytes(payload).ok_or(Error::Shm)?;
-                if rec.flags != FIRST | LAST | BULK || self.assembling.is_some() {
+                if rec.flags != FIRST | LAST | BULK || self.assembling.is_some() || len != BULK_REF_BYTES {
                     return Err(Error::Shm);
                 }
+                let mut b = [0u8; BULK_REF_BYTES];
+                // SAFETY: `len` payload bytes are in the queue (above), into
+                // a buffer of ours of that size.
+                unsafe { std::ptr::copy_nonoverlapping(payload, b.as_mut_ptr(), len) };
+                let r = BulkRef::from_bytes(&b).ok_or(Error::Shm)?;
                 let bulk = self.bulk_generation(src, r.generation)?;
                 deliver(src, rec.tag, bulk.message(&r)?);
                 bulk.release(&r);
                 n += 1;
             } else if rec.flags & PAD == 0 {
-                // SAFETY: REC + len <= size and pos + size <= cap.
-                let payload = unsafe { std::slice::from_raw_parts(at.add(REC as usize), rec.len as usize) };
                 match (rec.flags & (FIRST | LAST), self.assembling.take()) {
                     (f, None) if f == FIRST | LAST => {
-                        deliver(src, rec.tag, payload);
+                        // SAFETY: `len` bytes at `payload` are in the queue
+                        // (above), which outlives the call; released (R2)
+                        // only after it returns.
+                        deliver(src, rec.tag, unsafe { SharedBytes::shared(payload, len) });
                         n += 1;
                     }
-                    (FIRST, None) if payload.len() >= TOTAL_BYTES as usize => {
-                        let (pre, data) = payload.split_at(TOTAL_BYTES as usize);
-                        let total = u64::from_ne_bytes(pre.try_into().expect("8 bytes"));
+                    (FIRST, None) if len >= TOTAL_BYTES as usize => {
+                        // SAFETY: 8 of the `len` bytes in the queue (above).
+                        let total = unsafe { std::ptr::read_unaligned(payload as *const u64) };
                         if total > self.max_message {
                             return Err(Error::Shm);
                         }
                         let mut v = std::mem::take(&mut self.spare);
                         v.clear();
                         v.reserve(total as usize);
-                        v.extend_from_slice(data);
+                        // SAFETY: the rest of the `len` bytes, in the queue.
+                        unsafe { extend_from_raw(&mut v, payload.add(TOTAL_BYTES as usize), len - TOTAL_BYTES as usize) };
                         self.assembling = Some((src, rec.tag, total, v));
                     }
                     (f, Some((s, tag, total, mut v))) if f == 0 || f == LAST => {
-                        v.extend_from_slice(payload);
-                        if v.len() as u64 > total {
+                        if (v.len() + len) as u64 > total {
                             return Err(Error::Shm);
                         }
+                        // SAFETY: `len` bytes in the queue (above).
+                        unsafe { extend_from_raw(&mut v, payload, len) };
                         if f == LAST {
                             if v.len() != total as usize {
                                 return Err(Error::Shm);
                             }
-                            deliver(s, tag, &v);
+                            deliver(s, tag, SharedBytes::from_slice(&v));
                             n += 1;
                             if v.capacity() <= SPARE_MAX {
                                 self.spare = v;
@@ -1055,7 +1261,7 @@ impl QueueConsumer {
 
     /// For the fuzz target: (every mapping, the parts a delivered message
     /// may lie in), as address ranges.
-    #[cfg(any(test, feature = "fuzzing"))]
+    #[cfg(all(not(loom), any(test, feature = "fuzzing")))]
     pub(crate) fn fuzz_ranges(&self) -> (AddrRanges, AddrRanges) {
         let base = self.q.seg.base() as usize;
         let mut maps = vec![(base, base + self.q.seg.len())];
@@ -1070,7 +1276,7 @@ impl QueueConsumer {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::shm::segment::Owner;
@@ -1196,6 +1402,7 @@ mod tests {
         let mut seen = [0u64; 4];
         while seen.iter().sum::<u64>() < 4 * per {
             c.poll(64, &mut |s, t, d| {
+                let d = d.to_vec();
                 assert_eq!(s, t as u32);
                 let n = u64::from_le_bytes(d[..8].try_into().unwrap());
                 assert_eq!(n, seen[s as usize], "sender {s} out of order");
@@ -1222,6 +1429,7 @@ mod tests {
         let live = Live::new();
         let mut p = f.producer(5, live.pid(), 0);
         let (per, big, bigs) = (20_000u64, 5000usize, 300u64);
+        let shared = p.writer().clone();
         let mut hs = vec![];
         for t in 1..=3u8 {
             let w = p.writer().clone();
@@ -1239,7 +1447,6 @@ mod tests {
                         std::thread::yield_now();
                     }
                 }
-                (w.sent.get(), w.skipped.get())
             }));
         }
         hs.push(std::thread::spawn(move || {
@@ -1252,12 +1459,12 @@ mod tests {
                     std::thread::yield_now();
                 }
             }
-            (0, 0)
         }));
         let mut c = f.consumer();
         let mut seen = [0u64; 10];
         while seen.iter().sum::<u64>() < 3 * per + bigs {
             c.poll(64, &mut |s, t, d| {
+                let d = d.to_vec();
                 assert_eq!(s, 5);
                 let n = u64::from_le_bytes(d[..8].try_into().unwrap());
                 assert_eq!(n, seen[t as usize], "thread {t} out of order");
@@ -1267,10 +1474,12 @@ mod tests {
             })
             .unwrap();
         }
-        let counts: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        for h in hs {
+            h.join().unwrap();
+        }
         // The writer's counters are shared by its threads, written under
-        // the queue lock: none lost.
-        assert!(counts.iter().all(|&(s, k)| s <= 3 * per && k <= s));
+        // the queue lock: none lost (every ring said "needless").
+        assert_eq!((shared.sent.get(), shared.skipped.get()), (3 * per, 3 * per));
         assert_eq!(f.q().hdr().lock.load(Ordering::Relaxed), 0);
     }
 
@@ -1549,7 +1758,7 @@ mod tests {
         let data = f.q().data() as usize;
         let mut at = 0;
         c.poll(1, &mut |_, _, d| {
-            assert!(d == &m[..]);
+            assert!(d.to_vec() == m);
             at = d.as_ptr() as usize;
         })
         .unwrap();
@@ -1599,7 +1808,7 @@ mod tests {
         c.poll(1, &mut |_, _, d| seen.push(d.as_ptr() as usize)).unwrap();
         assert!(send(&mut p, 1, &m), "the freed slot is used again");
         let mut more = vec![];
-        c.poll(10, &mut |_, _, d| more.push((d.as_ptr() as usize, d == &m[..]))).unwrap();
+        c.poll(10, &mut |_, _, d| more.push((d.as_ptr() as usize, d.to_vec() == m))).unwrap();
         assert_eq!(more.len(), 2);
         assert!(more.iter().all(|&(_, same)| same));
         assert_eq!(more[1].0, seen[0], "slot 0 carried the first and the third message");
@@ -1640,6 +1849,31 @@ mod tests {
     }
 
     #[test]
+    fn a_head_no_consumer_wrote_is_an_error_and_overwrites_nothing() {
+        let f = fixture("badhead", 4096);
+        let mut p = f.producer(1, Live::new().pid(), 0);
+        let mut c = f.consumer();
+        let m = vec![3u8; 8];
+        let mut n = 0;
+        while send(&mut p, 1, &m) {
+            n += 1;
+        }
+        // A head past the tail made the full ring look empty: the next
+        // writes went over the unread records.
+        for bad in [1u64 << 40, 8192 + 4096] {
+            f.q().hdr().head.store(bad, Ordering::Release);
+            assert!(!p.writer().write_small(2, b"x", b"y", || true), "head {bad}: a direct write went in");
+            assert!(!p.writer().write_whole(2, &Gather::new(&[&b"xy"[..]]), &mut || true));
+            assert_eq!(p.write(2, &Gather::new(&[&b"xy"[..]]), &mut 0), Err(Error::Shm));
+            assert_eq!(f.q().hdr().lock.load(Ordering::Relaxed), 0, "the lock was given back");
+        }
+        f.q().hdr().head.store(0, Ordering::Release);
+        let got = drain(&mut c);
+        assert_eq!(got.len(), n);
+        assert!(got.iter().all(|(_, t, d)| *t == 1 && *d == m), "the unread messages are intact");
+    }
+
+    #[test]
     fn corrupt_shared_state_is_an_error_not_a_crash() {
         let f = fixture("bad", 4096);
         let mut p = f.producer(1, Live::new().pid(), 0);
@@ -1654,5 +1888,153 @@ mod tests {
         assert_eq!(f.q().hdr().lock.load(Ordering::Relaxed), 0, "the lock was given back");
         assert!(QueueRef::new(f.seg.clone(), 64, 1 << 20).is_err(), "a capacity past the segment");
         assert!(QueueRef::new(f.seg.clone(), 64, 3000).is_err());
+    }
+}
+
+/// The queue's protocol, model-checked on this file's code: a producer
+/// thread and a consumer thread over a heap queue (`QueueRef::on_heap`),
+/// with bell.rs's arm/ring between them.  A lost wake-up is a loom
+/// deadlock; a payload read not ordered after its write, or a record
+/// reused before it was read, is a loom data race (`HeapQueue`).
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::shm::bell::loom_tests::FakeFutex;
+    use crate::shm::bell::{arm, disarm, ring, sleep, Rang};
+    use loom::sync::Arc;
+
+    const PRODUCER: u32 = 3;
+    const PID: u32 = 77;
+
+    fn id() -> BulkId {
+        BulkId { dir: String::new(), job: String::new(), src: PRODUCER, dst: 0, window: 0 }
+    }
+
+    fn message(i: u8, len: usize) -> Vec<u8> {
+        vec![i.wrapping_mul(7).wrapping_add(1); len]
+    }
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(f);
+    }
+
+    /// The consumer's side of a wait: deliver, let waiting producers know
+    /// (Q2, ringing `producer_bell`), and when nothing came arm, re-check
+    /// (has_data, any_waiting: wait.rs `has_work`), sleep.  Until `want`
+    /// messages came; they must be `message(0..want, len)` in order.
+    fn consume(c: &mut QueueConsumer, want: u8, len: usize, bell: &AtomicU32, producer_bell: &AtomicU32, fx: &FakeFutex) {
+        let mut got = 0u8;
+        while got < want {
+            let n = c
+                .poll(usize::MAX, &mut |src, tag, d| {
+                    assert_eq!((src, tag), (PRODUCER, got));
+                    assert_eq!(d.to_vec(), message(got, len));
+                    got += 1;
+                })
+                .expect("a well-formed queue");
+            c.take_waiting(&mut |t| {
+                assert_eq!(t, PRODUCER);
+                ring(fx, producer_bell);
+            });
+            if n > 0 || got == want {
+                continue;
+            }
+            let token = arm(bell);
+            if c.has_data() || c.any_waiting() {
+                disarm(bell);
+                continue;
+            }
+            sleep(fx, bell, token, None);
+            disarm(bell);
+        }
+    }
+
+    /// Whole small messages through the shared writer (write_small, the
+    /// send path with no other lock), each followed by a ring: the
+    /// consumer, which may sleep at any point, gets both, intact.
+    #[test]
+    fn small_messages_wake_a_sleeping_consumer() {
+        model(|| {
+            let q = QueueRef::on_heap(256, true);
+            let bells = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+            let fx = Arc::new(FakeFutex::new());
+            let p = QueueProducer::new(q.clone(), id(), PID, 0).unwrap();
+            let w = p.writer().clone();
+            let (b2, f2) = (bells.clone(), fx.clone());
+            let producer = loom::thread::spawn(move || {
+                for i in 0..2u8 {
+                    let m = message(i, 24);
+                    let (a, b) = m.split_at(10);
+                    assert!(w.write_small(i, a, b, || ring(&*f2, &b2[0]) == Rang::Skipped), "room for both");
+                }
+            });
+            let mut c = QueueConsumer::new(q, id(), 1 << 20).unwrap();
+            consume(&mut c, 2, 24, &bells[0], &bells[1], &fx);
+            producer.join().unwrap();
+            drop(p);
+        });
+    }
+
+    /// A producer sending `count` messages of `len` bytes through a queue
+    /// of `cap` bytes, waiting for room as wait.rs does (SYNC POINT Q2):
+    /// ask to be rung (set_waiting), arm its bell, ask again (the re-check
+    /// after arming), sleep; the consumer frees room, takes the waiting
+    /// bit and rings.  All arrive in order.
+    fn backpressure(cap: u64, len: usize, count: u8) {
+        model(move || {
+            let q = QueueRef::on_heap(cap, true);
+            let bells = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+            let fx = Arc::new(FakeFutex::new());
+            let mut p = QueueProducer::new(q.clone(), id(), PID, 0).unwrap();
+            let (b2, f2) = (bells.clone(), fx.clone());
+            let producer = loom::thread::spawn(move || {
+                let (consumer_bell, mine) = (&b2[0], &b2[1]);
+                for i in 0..count {
+                    let m = message(i, len);
+                    let parts = [&m[..]];
+                    loop {
+                        if p.write(i, &Gather::new(&parts), &mut 0).expect("a well-formed queue") {
+                            ring(&*f2, consumer_bell);
+                            break;
+                        }
+                        if p.set_waiting() {
+                            continue;
+                        }
+                        let token = arm(mine);
+                        if p.set_waiting() {
+                            disarm(mine);
+                            continue;
+                        }
+                        sleep(&*f2, mine, token, None);
+                        disarm(mine);
+                    }
+                }
+                p
+            });
+            let mut c = QueueConsumer::new(q, id(), 1 << 20).unwrap();
+            consume(&mut c, count, len, &bells[0], &bells[1], &fx);
+            drop(producer.join().unwrap());
+        });
+    }
+
+    /// Room for one record of 32 bytes: the second and third messages
+    /// find the queue full, and the third wraps the ring.  (Larger than a
+    /// quarter of the queue, they take the producer's chunk path, which
+    /// once padded to the end without ringing, and decided "no room" by a
+    /// head older than the one set_waiting then compared with: both lost
+    /// the wake-up here.)
+    #[test]
+    fn a_producer_waiting_for_room_is_woken() {
+        backpressure(64, 24, 3);
+    }
+
+    /// Room for three records of 16 bytes, five messages: the producer
+    /// reuses the slots of the first two while the consumer may still be
+    /// between reading them and storing its head (SYNC POINT R2).
+    #[test]
+    fn a_producer_reuses_a_record_only_after_it_was_read() {
+        backpressure(64, 8, 5);
     }
 }

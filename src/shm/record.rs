@@ -55,6 +55,7 @@
 //!   loads `head` (Acquire) before reusing those bytes.
 //! - The backpressure wake-up is queue.rs's SYNC POINT Q2.
 
+#[cfg(not(loom))]
 use std::sync::atomic::AtomicU64;
 
 /// Header bytes of a record.
@@ -133,8 +134,10 @@ pub(crate) fn stamp_for(pos: u64) -> u16 {
     (pos >> 3) as u16 | 1
 }
 
-/// The header word of the record at data offset `off`.
+/// The header word of the record at data offset `off`.  (Under loom the
+/// words are objects of the model: queue.rs `HeapQueue`.)
 /// SAFETY (caller): `data + off + REC` is inside the mapping, `off` 16-aligned.
+#[cfg(not(loom))]
 pub(crate) unsafe fn word_at<'a>(data: *mut u8, off: u64) -> &'a AtomicU64 {
     // SAFETY: in the mapping and 8-aligned (the data area is 64-aligned,
     // off 16-aligned) by the caller's contract; the header word is only

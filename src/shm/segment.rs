@@ -33,8 +33,9 @@ use std::path::{Path, PathBuf};
 ///
 /// # Safety
 /// Implementors are `#[repr(C)]`, contain no pointers, references or file
-/// descriptors, are valid for the all-zero bit pattern, and only use atomics
-/// (or plain data written before a Release publish) for shared fields.
+/// descriptors, are valid for the all-zero bit pattern, and every field is
+/// an atomic or `sync::Pad`: any process of the user may write the file
+/// while a reference to the value lives, so no byte of it is plain data.
 pub unsafe trait ShmSafe {}
 
 /// File name prefix of everything doorbell puts in the shm directory.

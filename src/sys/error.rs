@@ -5,6 +5,31 @@
 use std::fmt;
 use std::io;
 
+/// A shared-memory structure that broke its format: written wrong by a
+/// broken or hostile process.  The peer it came from is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Corrupt {
+    /// The header of a window queue we send into (its tail, head or
+    /// lock), found by a sender.
+    QueueHeader,
+    /// A fast box (a record in it, or its header), found by its receiver.
+    FastBox,
+    /// A record in a window queue (or the bulk buffer it names), found by
+    /// the receiver.
+    Record,
+}
+
+impl Corrupt {
+    /// What broke, as a phrase ("a fast box").
+    pub fn what(self) -> &'static str {
+        match self {
+            Corrupt::QueueHeader => "a window queue's header",
+            Corrupt::FastBox => "a fast box",
+            Corrupt::Record => "a record in a window queue",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Error {
     InvalidArgument,
@@ -24,6 +49,9 @@ pub enum Error {
     ShmRefused,
     InUse,
     FlihFailed,
+    /// Shared memory from a peer broke its format (`Woke::PeerCorrupt`
+    /// names the peer).
+    Corrupt(Corrupt),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -59,6 +87,15 @@ impl Error {
             Error::FlihFailed => {
                 c"the endpoint's event thread failed (reason on stderr): TCP wake-ups and lost-peer reports stopped; destroy the endpoint"
             }
+            Error::Corrupt(Corrupt::QueueHeader) => {
+                c"shared memory corrupt: the header of a peer's window queue broke its format; the peer is dropped"
+            }
+            Error::Corrupt(Corrupt::FastBox) => {
+                c"shared memory corrupt: a peer's fast box broke its format; the peer is dropped"
+            }
+            Error::Corrupt(Corrupt::Record) => {
+                c"shared memory corrupt: a record in a window queue broke its format; its senders are dropped"
+            }
         }
     }
 
@@ -72,7 +109,7 @@ impl Error {
 }
 
 /// Every error, for the C ABI's table of codes and its tests.
-pub const ALL: [Error; 17] = [
+pub const ALL: [Error; 20] = [
     Error::InvalidArgument,
     Error::UnknownWindow,
     Error::UnknownTask,
@@ -90,6 +127,9 @@ pub const ALL: [Error; 17] = [
     Error::ShmRefused,
     Error::InUse,
     Error::FlihFailed,
+    Error::Corrupt(Corrupt::QueueHeader),
+    Error::Corrupt(Corrupt::FastBox),
+    Error::Corrupt(Corrupt::Record),
 ];
 
 impl fmt::Display for Error {

@@ -6,17 +6,15 @@
 
 #[cfg(not(loom))]
 pub(crate) mod buf_pool;
-#[cfg(not(loom))]
 pub(crate) mod counters;
-#[cfg(not(loom))]
 pub(crate) mod error;
-#[cfg(not(loom))]
 pub(crate) mod limits;
 #[cfg(not(loom))]
 mod os;
 pub(crate) mod sync;
+/// `pub` only so that lib.rs can re-export it for its doc tests.
 #[cfg(not(loom))]
-pub(crate) mod try_lock;
+pub mod try_lock;
 
 #[cfg(not(loom))]
 pub(crate) use os::{

@@ -9,8 +9,30 @@
 //!
 //! Ordering: a successful try (Acquire CAS) sees every write made under the
 //! previous hold, which ended with the Release store.
+//!
+//! A guard is shared across threads only where `T` may be (`T: Sync`), as
+//! `std::sync::MutexGuard`: a guard over a `Cell` stays on one thread.
+//!
+//! ```
+//! use doorbell::try_lock::TryLock;
+//! let l = TryLock::<u32>::default();
+//! let g = l.try_lock().unwrap();
+//! std::thread::scope(|s| {
+//!     s.spawn(|| assert_eq!(*g, 0));
+//! });
+//! ```
+//!
+//! ```compile_fail,E0277
+//! use doorbell::try_lock::TryLock;
+//! let l = TryLock::<std::cell::Cell<u32>>::default();
+//! let g = l.try_lock().unwrap();
+//! std::thread::scope(|s| {
+//!     s.spawn(|| g.set(1));
+//! });
+//! ```
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -25,8 +47,11 @@ pub struct TryLock<T> {
 // hands `T` from one thread to another: `T: Send` is what that needs.
 unsafe impl<T: Send> Sync for TryLock<T> {}
 
+/// Hands out `&T` and `&mut T`: `PhantomData<&mut T>` gives the guard
+/// exactly their auto traits (Sync only if `T: Sync`, Send if `T: Send`).
 pub struct TryLockGuard<'a, T> {
     lock: &'a TryLock<T>,
+    _value: PhantomData<&'a mut T>,
 }
 
 impl<T> TryLock<T> {
@@ -39,7 +64,7 @@ impl<T> TryLock<T> {
         self.held
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| TryLockGuard { lock: self })
+            .map(|_| TryLockGuard { lock: self, _value: PhantomData })
     }
 }
 

@@ -7,11 +7,12 @@ use crate::endpoint::peers::Peer;
 use crate::endpoint::wait::Stall;
 use crate::shm::bell::Rang;
 use crate::shm::control::Control;
-use crate::shm::fbox::{BoxTx, BoxesRx, BOX_AFTER};
+use crate::shm::fbox::{poll_window, BoxPlace, BoxTx, BoxesRx, Broke, BOX_AFTER};
 use crate::shm::queue::{BulkId, QueueConsumer, QueueProducer, QueueWriter};
 use crate::shm::record::Gather;
+use crate::shm::shared_bytes::SharedBytes;
 use crate::sys::buf_pool::BufPool;
-use crate::sys::error::{Error, Result};
+use crate::sys::error::{Corrupt, Error, Result};
 use crate::sys::limits::{MAX_TASKS, MAX_WINDOWS};
 use crate::sys::sync::lock;
 use std::collections::VecDeque;
@@ -232,7 +233,7 @@ impl Inner {
             // Drain what is queued first while the receiver keeps up, so a
             // stream returns to copying straight into the queue instead of
             // copying every message into the backlog first.
-            self.stream_push_locked(ctl, &mut tx);
+            self.stream_push_locked(p, ctl, &mut tx)?;
         }
         if !tx.backlog.is_empty() {
             // Keep order behind what is already queued.
@@ -245,13 +246,15 @@ impl Inner {
             tx.backlog_bytes += g.len();
             self.shm.backlog_msgs.fetch_add(1, Ordering::Relaxed);
             self.shm.backlog_bytes.fetch_add(g.len(), Ordering::Relaxed);
-            self.push_locked(ctl, &mut tx);
+            self.push_locked(p, ctl, &mut tx)?;
             p.shm_sent.add(1);
             return Ok(());
         }
         let prod = tx.queues[window as usize].as_mut().expect("made above");
         let mut off = 0u64;
-        let mut done = prod.write(tag, &g, &mut off).map_err(|_| Error::PeerLost)?;
+        let Ok(mut done) = prod.write(tag, &g, &mut off) else {
+            return Err(self.queue_header_broke(p, window, &mut tx));
+        };
         // Stream: keep copying while the receiver keeps draining (a write
         // makes headway only when it freed space), but only while this
         // process has nothing to receive: the receiver may be a sender
@@ -265,7 +268,10 @@ impl Inner {
                 break;
             }
             std::hint::spin_loop();
-            done = prod.write(tag, &g, &mut off).map_err(|_| Error::PeerLost)?;
+            let Ok(d) = prod.write(tag, &g, &mut off) else {
+                return Err(self.queue_header_broke(p, window, &mut tx));
+            };
+            done = d;
             if !done && stall.stalled_at(g.len() - off) {
                 self.note_give_up();
                 break;
@@ -279,7 +285,7 @@ impl Inner {
             self.shm.backlog_msgs.fetch_add(1, Ordering::Relaxed);
             self.shm.backlog_bytes.fetch_add(n, Ordering::Relaxed);
             if tx.queues[window as usize].as_mut().expect("made above").set_waiting() {
-                self.push_locked(ctl, &mut tx);
+                self.push_locked(p, ctl, &mut tx)?;
             }
         }
         p.shm_sent.add(1);
@@ -291,10 +297,27 @@ impl Inner {
         Ok(())
     }
 
+    /// A queue of `p`'s (`window`'s) broke its header, as a producer found
+    /// (queue.rs: its tail, head or a dead holder's record): nothing more
+    /// can go in.  Drop what is queued for `p`, and `p`.
+    fn queue_header_broke(&self, p: &Peer, window: u32, tx: &mut PeerTx) -> Error {
+        self.shm.backlog_msgs.fetch_sub(tx.backlog.len() as u64, Ordering::Relaxed);
+        self.shm.backlog_bytes.fetch_sub(tx.backlog_bytes, Ordering::Relaxed);
+        tx.backlog_bytes = 0;
+        for b in tx.backlog.drain(..) {
+            self.buf_pool.give(b.data);
+        }
+        for q in tx.queues.iter_mut().flatten() {
+            q.abandon();
+        }
+        let task = p.task;
+        self.peer_corrupt(task, Corrupt::QueueHeader, &format!("the queue of task {task}'s window {window}, found sending to it"));
+        Error::Corrupt(Corrupt::QueueHeader)
+    }
+
     /// Push a peer's backlog into its queues as far as they take it.  A
-    /// queue whose shared state is corrupt takes nothing more: the backlog
-    /// stays until the peer is found lost.
-    pub(crate) fn push_locked(&self, ctl: &Control, tx: &mut PeerTx) {
+    /// queue whose header broke drops the backlog and the peer (the error).
+    pub(crate) fn push_locked(&self, p: &Peer, ctl: &Control, tx: &mut PeerTx) -> Result<()> {
         let mut rang = [false; MAX_WINDOWS as usize];
         loop {
             let Some(b) = tx.backlog.front_mut() else { break };
@@ -303,7 +326,9 @@ impl Inner {
             let parts = [&b.data[(b.base - b.start) as usize..]];
             let g = Gather::with_base(&parts, b.base, b.total);
             let mut off = b.base;
-            let Ok(done) = prod.write(b.tag, &g, &mut off) else { break };
+            let Ok(done) = prod.write(b.tag, &g, &mut off) else {
+                return Err(self.queue_header_broke(p, w as u32, tx));
+            };
             let wrote = off - b.base;
             rang[w] |= wrote > 0 || done;
             b.base = off;
@@ -325,21 +350,22 @@ impl Inner {
                 self.ring_bell(ctl, w as u32);
             }
         }
+        Ok(())
     }
 
     /// push_locked until the backlog is empty, the receiver stopped
     /// draining for STREAM_STALL_NS, or something arrived for us to
     /// receive (see send_local).
-    pub(crate) fn stream_push_locked(&self, ctl: &Control, tx: &mut PeerTx) {
+    pub(crate) fn stream_push_locked(&self, p: &Peer, ctl: &Control, tx: &mut PeerTx) -> Result<()> {
         let mut stall = Stall::new(None);
         loop {
-            self.push_locked(ctl, tx);
+            self.push_locked(p, ctl, tx)?;
             if tx.backlog.is_empty() || self.inbound_pending() {
-                return;
+                return Ok(());
             }
             if stall.stalled_at(tx.backlog_bytes) {
                 self.note_give_up();
-                return;
+                return Ok(());
             }
             std::hint::spin_loop();
         }
@@ -375,7 +401,8 @@ impl Inner {
         let Ok(ctl) = self.peer_control(p) else { return };
         if let Ok(mut tx) = p.tx.try_lock() {
             if !tx.backlog.is_empty() {
-                self.push_locked(ctl, &mut tx);
+                // A broken queue drops the peer and its backlog (reported).
+                let _ = self.push_locked(p, ctl, &mut tx);
             }
         }
     }
@@ -445,7 +472,7 @@ impl Inner {
     /// from its queue (at most QUEUE_BUDGET messages), and wake the senders
     /// waiting for room.  None if another thread holds the window's receive
     /// side.
-    pub(crate) fn poll_queue(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Option<usize> {
+    pub(crate) fn poll_queue(&self, window: u32, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Option<usize> {
         let w = &self.windows[window as usize];
         let mut rx = w.rx.try_lock()?;
         if rx.queue.is_none() && self.take_up_queue(window, &mut rx).is_err() {
@@ -453,46 +480,50 @@ impl Inner {
         }
         let WindowRx { queue, broken, known, boxes } = &mut *rx;
         let q = queue.as_mut().expect("set above");
-        let mut delivered = 0;
-        let with_boxes = !w.box_views.is_empty();
-        let table = self.control.box_table();
         let open = |i: usize| w.box_views.get(i).cloned().ok_or(Error::InvalidArgument);
-        if with_boxes {
-            boxes.refresh(&w.box_watch, table, open, self.cfg.task, self.cfg.max_message);
+        let place = BoxPlace { watch: &w.box_watch, table: self.control.box_table(), open: &open, me: self.cfg.task, max_message: self.cfg.max_message };
+        let with_boxes = !w.box_views.is_empty();
+        let mut new = vec![];
+        let mut on_sender = |src: u32| {
+            let (i, b) = ((src / 64) as usize, 1u64 << (src % 64));
+            if known[i] & b == 0 {
+                known[i] |= b;
+                new.push(src);
+            }
+        };
+        let (delivered, broke) = poll_window(
+            (!*broken).then_some(&mut *q),
+            with_boxes.then_some((boxes, &place)),
+            QUEUE_BUDGET,
+            &mut on_sender,
+            cb,
+        );
+        for src in new {
+            self.note_sender(src, q.queue().sender_pid(src));
         }
-        if !*broken && q.has_data() {
-            let mut new = vec![];
-            let mut from_boxes = 0;
-            let r = q.poll(QUEUE_BUDGET, &mut |src, tag, data| {
-                let (i, b) = ((src / 64) as usize, 1u64 << (src % 64));
-                if known[i] & b == 0 {
-                    known[i] |= b;
-                    new.push(src);
-                }
-                if with_boxes {
-                    // fbox.rs SYNC POINT F3: what the sender put in its box
-                    // before this message comes first.
-                    boxes.refresh(&w.box_watch, table, open, self.cfg.task, self.cfg.max_message);
-                    from_boxes += boxes.drain_from(&w.box_watch, src, cb);
-                }
-                cb(src, tag, data)
-            });
-            delivered += from_boxes;
-            match r {
-                Ok(n) => delivered += n,
-                Err(_) => {
+        for b in broke {
+            match b {
+                Broke::Queue(culprit) => {
                     // Nothing after the bad record can be found: the queue
-                    // is done.  Its local senders' messages cannot arrive.
+                    // is done, and no local sender's message to this window
+                    // can arrive.  Each one we know of is dropped.
                     *broken = true;
-                    eprintln!("doorbell: task {}: the shared-memory queue of window {window} is corrupt; local messages to it are lost", self.cfg.task);
+                    let mut tasks: Vec<u32> = culprit.into_iter().collect();
+                    for (i, word) in known.iter().enumerate() {
+                        tasks.extend((0..64).filter(|b| word & 1 << b != 0).map(|b| i as u32 * 64 + b));
+                    }
+                    tasks.sort_unstable();
+                    tasks.dedup();
+                    if tasks.is_empty() {
+                        tasks.push(self.cfg.task);
+                    }
+                    let detail = format!("window {window}'s queue, record at position {}", q.position());
+                    for t in tasks {
+                        self.peer_corrupt(t, Corrupt::Record, &detail);
+                    }
                 }
+                Broke::Box(owner) => self.peer_corrupt(owner, Corrupt::FastBox, &format!("task {owner}'s box at window {window}")),
             }
-            for src in new {
-                self.note_sender(src, q.queue().sender_pid(src));
-            }
-        }
-        if with_boxes && delivered < QUEUE_BUDGET {
-            delivered += boxes.poll(&w.box_watch, QUEUE_BUDGET - delivered, cb);
         }
         // Every pass, not only after consuming (queue.rs SYNC POINT Q2).
         q.take_waiting(&mut |src| {

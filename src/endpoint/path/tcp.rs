@@ -10,6 +10,7 @@ use crate::net::frame::{self, FrameHeader, READ_REQUEST};
 use crate::net::remote_read::{Exposures, ReadDone, ReadDst, ReadRequest, Reads};
 use crate::net::tcp::{Conn, RxBudget, RxEnd, RxEvent, CONN_EVENTS};
 use crate::shm::bell;
+use crate::shm::shared_bytes::SharedBytes;
 use crate::sys;
 use crate::sys::counters::bump;
 use crate::sys::error::{Error, Result};
@@ -378,7 +379,7 @@ impl Inner {
 
     /// The TCP part of a progress pass: deliver the frames readers put in
     /// this window's inbox.
-    pub(crate) fn drain_inbox(&self, w: &WindowLocal, cb: &mut dyn FnMut(u32, u8, &[u8])) -> usize {
+    pub(crate) fn drain_inbox(&self, w: &WindowLocal, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> usize {
         if !w.inbox_ready.load(Ordering::Acquire) {
             return 0;
         }
@@ -386,7 +387,7 @@ impl Inner {
         let batch: Vec<Inbound> = lock(&w.inbox).drain(..).collect();
         let n = batch.len();
         for m in batch {
-            cb(m.src, m.tag, &m.data);
+            cb(m.src, m.tag, SharedBytes::from_slice(&m.data));
             self.buf_pool.give(m.data);
         }
         // Skip the counter RMW on the (hot) empty poll.

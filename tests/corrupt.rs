@@ -1,0 +1,153 @@
+//! Shared memory that breaks its format ends the peer it comes from with
+//! an error that names the peer and the structure: the wait that would
+//! have hung returns Woke::PeerCorrupt, the send that found it
+//! Error::Corrupt.  Two endpoints in this process; the test writes the
+//! bytes of task 1's control segment through a mapping of its file, as a
+//! broken or hostile process of the user could.
+//!
+//! Every wait has a 10 s limit (the watchdog): before this was handled,
+//! the receiver printed a line and went on waiting, so these waits ended
+//! in Woke::Timeout.
+
+use doorbell::{Config, Corrupt, Endpoint, Error, WaitMode, Woke};
+use memmap2::MmapRaw;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+static JOBS: AtomicU32 = AtomicU32::new(0);
+const WATCHDOG: Option<Duration> = Some(Duration::from_secs(10));
+
+fn job() -> String {
+    format!("cr{}-{}", std::process::id(), JOBS.fetch_add(1, Ordering::Relaxed))
+}
+
+fn config(job: &str, task: u32) -> Config {
+    Config { task, node_id: 1, job: job.into(), if_include: "127.0.0.1/8".into(), ..Config::default() }
+}
+
+/// Tasks 0 and 1 of a fresh job, connected both ways over shared memory.
+fn pair() -> (Endpoint, Endpoint, String) {
+    let j = job();
+    let (a, b) = (Endpoint::new(config(&j, 0)).unwrap(), Endpoint::new(config(&j, 1)).unwrap());
+    for x in [&a, &b] {
+        for y in [&a, &b] {
+            x.connect(&y.address().encode()).unwrap();
+        }
+    }
+    assert_eq!(a.peer_path(1), Ok(1), "a shared-memory peer");
+    (a, b, j)
+}
+
+/// A `#define NAME value` of the C header.
+fn header_define(name: &str) -> usize {
+    let h = include_str!("../include/doorbell.h");
+    let line = h.lines().find(|l| l.starts_with(&format!("#define {name} "))).expect(name);
+    line.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+/// Task `task`'s control segment, mapped as any process of the user can.
+fn control_file(job: &str, task: u32) -> MmapRaw {
+    let path = format!("{}/doorbell-{job}-c{task}", config(job, task).shm_dir);
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).expect("the control file");
+    MmapRaw::map_raw(&f).unwrap()
+}
+
+/// Offsets in a control segment: window 0's queue (header, data), and
+/// fast box i (its ring header: 384 bytes, `head` at 128; then its data).
+fn queue0() -> usize {
+    header_define("DOORBELL_CONTROL_BYTES")
+}
+fn queue0_data() -> usize {
+    queue0() + header_define("DOORBELL_QUEUE_HEADER_BYTES")
+}
+fn fast_box(i: usize) -> usize {
+    4096 + i * (384 + 4096)
+}
+
+fn read_u64(m: &MmapRaw, at: usize) -> u64 {
+    assert!(at + 8 <= m.len());
+    // SAFETY: inside the mapping (checked), 8-aligned (callers' offsets).
+    unsafe { std::ptr::read_volatile(m.as_ptr().add(at) as *const u64) }
+}
+
+fn write_u64(m: &MmapRaw, at: usize, v: u64) {
+    assert!(at + 8 <= m.len());
+    // SAFETY: inside the mapping (checked), 8-aligned (callers' offsets);
+    // the endpoints read these words only as atomics.
+    unsafe { std::ptr::write_volatile(m.as_mut_ptr().add(at) as *mut u64, v) }
+}
+
+/// Receive one message on `e`; its bytes.
+fn receive(e: &Endpoint) -> Vec<u8> {
+    let mut got = None;
+    let w = e.wait(0, Some(WaitMode::Block), WATCHDOG, &mut |_, _, d| got = Some(d.to_vec())).unwrap();
+    assert_eq!(w, Woke::Message(1));
+    got.unwrap()
+}
+
+/// A header word no record at that position has (its stamp is wrong).
+const GARBAGE: u64 = 0x5a5a_5a5a_5a5a_0002;
+
+#[test]
+fn a_broken_record_in_the_queue_ends_its_sender_for_the_receiver() {
+    let (a, b, j) = pair();
+    a.send(1, 0, 7, &[b"first"]).unwrap();
+    assert_eq!(receive(&b), b"first");
+    a.send(1, 0, 7, &[b"second"]).unwrap();
+    let m = control_file(&j, 1);
+    // "first" took 16 bytes at offset 0: "second"'s header word is at 16.
+    assert_ne!(read_u64(&m, queue0_data() + 16), 0, "the second record is there");
+    write_u64(&m, queue0_data() + 16, GARBAGE);
+    let w = b.wait(0, Some(WaitMode::Block), WATCHDOG, &mut |_, _, d| panic!("delivered {d:?}"));
+    assert_eq!(w, Ok(Woke::PeerCorrupt(0, Corrupt::Record)));
+    // Reported once; task 0 is dropped for task 1.
+    assert_eq!(b.progress(0, &mut |_, _, _| {}), Ok(Woke::Message(0)));
+    assert_eq!(b.send(0, 0, 1, &[b"x"]), Err(Error::PeerLost));
+}
+
+#[test]
+fn a_broken_queue_header_ends_its_owner_for_the_sender() {
+    for field in ["tail", "head"] {
+        let (a, b, j) = pair();
+        // Past the queue's first 64 KiB a sender looks at `head` before
+        // each write (record.rs: the hot start).
+        let first = vec![3u8; 70_000];
+        a.send(1, 0, 7, &[&first]).unwrap();
+        assert_eq!(receive(&b), first);
+        let m = control_file(&j, 1);
+        // RingHeader: tail at 8, head at 128.  A tail off the 16-byte
+        // grid; a head past the tail (the full ring looked empty).
+        let at = queue0() + if field == "tail" { 8 } else { 128 };
+        write_u64(&m, at, if field == "tail" { read_u64(&m, at) + 8 } else { 1 << 40 });
+        assert_eq!(a.send(1, 0, 7, &[b"second"]), Err(Error::Corrupt(Corrupt::QueueHeader)), "{field}");
+        let w = a.wait(0, Some(WaitMode::Block), WATCHDOG, &mut |_, _, _| panic!("nothing to deliver"));
+        assert_eq!(w, Ok(Woke::PeerCorrupt(1, Corrupt::QueueHeader)), "{field}");
+        assert_eq!(a.send(1, 0, 7, &[b"x"]), Err(Error::PeerLost), "{field}");
+        assert_eq!(a.flush(WATCHDOG), Ok(()), "{field}: nothing is left queued for the dropped task");
+    }
+}
+
+#[test]
+fn a_broken_fast_box_ends_its_owner_for_the_receiver() {
+    let (a, b, j) = pair();
+    // A sender claims a box after 16 messages, and uses it once the
+    // receiver read what it queued before.
+    let mut n = 0;
+    while a.counters().shm_box_sent == 0 {
+        assert!(n < 100, "no fast box after {n} messages");
+        a.send(1, 0, 7, &[&[n as u8; 8]]).unwrap();
+        assert_eq!(receive(&b), [n as u8; 8]);
+        n += 1;
+    }
+    // Box 0 is task 0's (the first claimed); the next message goes there.
+    let m = control_file(&j, 1);
+    let head = read_u64(&m, fast_box(0) + 128);
+    a.send(1, 0, 7, &[b"in the box"]).unwrap();
+    assert!(a.counters().shm_box_sent >= 2, "the message went to the box");
+    let word = fast_box(0) + 384 + (head % 4096) as usize;
+    assert_ne!(read_u64(&m, word), 0, "its record is where the receiver reads next");
+    write_u64(&m, word, GARBAGE);
+    let w = b.wait(0, Some(WaitMode::Block), WATCHDOG, &mut |_, _, d| panic!("delivered {d:?}"));
+    assert_eq!(w, Ok(Woke::PeerCorrupt(0, Corrupt::FastBox)));
+    assert_eq!(b.send(0, 0, 1, &[b"x"]), Err(Error::PeerLost));
+}
