@@ -4,7 +4,10 @@
  * 1. self_rma: 2,000 passive-target epochs on this rank's own MPI_COMM_SELF
  *    window (Lock, Put, Flush, Get_accumulate, Flush, Get, Flush, Unlock).
  *    Their traffic is btl self's and osc's, never doorbell's; a rank that
- *    sleeps inside them (1-16 ms per sleep) takes seconds, the limit is 5 s.
+ *    sleeps inside them (1-16 ms per sleep) counts a stall per sleep, which
+ *    mpi-tests/run.sh checks (stalls.sh).  The time is printed, not
+ *    checked: oversubscribed beside a busy process, healthy runs took 5.6 s
+ *    (each MPI call yields the CPU, as Open MPI asks), vader's alike.
  * 2. thread_wake (with argument "threads", which asks for
  *    MPI_THREAD_MULTIPLE and skips self_rma: osc pt2pt refuses that level): the main thread waits in
  *    MPI_Recv for a message another thread of the same rank sends to it
@@ -38,7 +41,6 @@
 #include <unistd.h>
 
 #define EPOCHS 2000
-#define RMA_LIMIT_S 5.0
 #define WAKES 20
 #define SEND_AFTER_US 100000
 #define QUIET_MS 60.0
@@ -81,8 +83,6 @@ static void self_rma(void)
     MPI_Win_free(&win);
     printf("idle_point: rank %d self_rma %d epochs in %.3f s (%.2f us each)\n", rank, EPOCHS, t,
            t / EPOCHS * 1e6);
-    CHECK(t < RMA_LIMIT_S, "self_rma took %.1f s (limit %.0f s): a sleep delayed osc/btl self work",
-          t, RMA_LIMIT_S);
 }
 
 static volatile double sent_at;
