@@ -248,7 +248,7 @@ static int stranger(const struct sockaddr_storage *ss, const void *data, size_t 
   return fd;
 }
 
-/* What a stranger could send with the old protocol (issue 10, point 5):
+/* What a stranger could send with the old protocol:
  * its hello (24 B: "DOORBELL", version 1, task, FNV-1a of the job key, which
  * anyone who sees /dev/shm names can compute), then a message frame for
  * window 0 and a goodbye frame (16 B headers: len, window, tag, kind). */
@@ -843,7 +843,7 @@ static void scenario_b(void) {
   dbt_rmtree(d);
   free(d);
   dbt_info("one endpoint occupies %lu bytes of shared memory", (unsigned long)ty->used);
-  /* issue 11: a rank's shared memory (its control segment and queue) is
+  /* a rank's shared memory (its control segment and queue) is
    * at most 1 MiB with default parameters, whatever the number of peers */
   if (!dbt_check(ty->used > 0 && ty->used <= (1u << 20),
                  "a lone endpoint uses some, but at most 1 MiB, of its shm_dir (%lu bytes)",

@@ -1,5 +1,4 @@
-/* A same-node sender that closes before its receiver polls (issue 10,
- * points 2 and 3).
+/* A same-node sender that closes before its receiver polls.
  *
  * Rule: what a sender handed to doorbell_send and flushed is delivered, and
  * an orderly close is told from a death.  Each scenario runs a receiver

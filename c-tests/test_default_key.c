@@ -1,5 +1,5 @@
 /* Two independent programs that both use the C API's default job key
- * ("doorbell") on one node at the same time (issue 10, point 8).
+ * ("doorbell") on one node at the same time.
  *
  * Program A (child 0) creates tasks 0 and 1 and keeps them.  Program B
  * (child 1) then creates its own tasks 0 and 1 with the same default key.

@@ -1,4 +1,4 @@
-/* Hostile names in the shared-memory directory (issue 10, point 8).
+/* Hostile names in the shared-memory directory.
  *
  * Anyone may create files in /dev/shm.  A file already sitting at a name
  * doorbell needs -- a symbolic link, a file of another user, a file open to

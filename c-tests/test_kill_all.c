@@ -1,4 +1,4 @@
-/* kill -9 of every process leaves no file behind (issue 10, point 4).
+/* kill -9 of every process leaves no file behind.
  *
  * Every segment loses its name as soon as every peer that needs it has
  * mapped it: a ring and a bulk file when their receiver maps them, a

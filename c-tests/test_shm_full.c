@@ -1,5 +1,5 @@
 /* A shared-memory directory with room for the tasks' control segments
- * and little else (issue 10 point 9, issue 11).
+ * and little else.
  *
  * Three same-node tasks on a tmpfs (private mount namespace, needs root)
  * sized for their three control segments (each with its window-0 queue of
@@ -12,7 +12,7 @@
  * refused by doorbell_window_open with DOORBELL_ERR_NO_SHM_SPACE (the
  * defined point), and the first window still works after that; the
  * directory is empty at the end; nobody crashed (a SIGBUS would show in
- * the exit status).  With a ring per pair (before issue 11) no pair but
+ * the exit status).  With a ring per pair (before the shared queue) no pair but
  * one had room for a ring: they went over TCP (path 2). */
 #include "dbt.h"
 

@@ -20,7 +20,7 @@ for t in "${targets[@]}"; do
     mkdir -p "work/$t"
     log="work/$t.log"
     # A stranger's bytes must never make the receive parser allocate more
-    # than they bring (issue 10 point 6): bodies grow as bytes arrive.
+    # than they bring: bodies grow as bytes arrive.
     limits=()
     [[ $t == tcp_rx || $t == handshake ]] && limits=(-malloc_limit_mb=64)
     echo "=== $t: ${SECONDS_EACH} s"

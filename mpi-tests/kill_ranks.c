@@ -1,5 +1,4 @@
-/* kill_ranks.c -- ranks killed after they exchanged messages (issue 10,
- * point 4).  run.sh runs it with a private DOORBELL_SHM_DIR and then checks
+/* kill_ranks.c -- ranks killed after they exchanged messages.  run.sh runs it with a private DOORBELL_SHM_DIR and then checks
  * that the directory is empty: no rank may leave a file behind, whether it
  * was the one killed or a survivor that mpirun then ended.
  *

@@ -318,7 +318,7 @@ for variant in "${VARIANTS[@]}"; do
 done
 
 # ---- a full node's worth of ranks: the all-to-all at NP_WIDE ranks ----
-# Issue 11: every rank's shared memory is one inbound queue, whatever the
+# Every rank's shared memory is one inbound queue, whatever the
 # number of peers; 64 ranks (oversubscribed) exchange checked messages of
 # 0 B - 150 KB with each other, each pair over shm (run_mpi's check of the
 # finalize report: a single node with a tcp path fails).
@@ -422,7 +422,7 @@ if wanted mpi4py; then
     done
 fi
 
-# ---- ob1's protocols over the TCP module, both ways at once (issue 9) ----
+# ---- ob1's protocols over the TCP module, both ways at once ----
 # Eager, rendezvous with fragments and RGET sizes, data checked.  With
 # min_rget_size 128 KiB messages from 128 KiB on go by RGET (reads counted); with
 # min_rget_size 8 MiB none does, and messages beyond max_send_size must go by
@@ -447,7 +447,7 @@ if wanted tcp_protocols && is_doorbell "$BTL" && [[ -x $BIN/tcp_protocols ]]; th
     done
 fi
 
-# ---- a stranger on the node visits a force_tcp job's ports (issue 10, point 5) ----
+# ---- a stranger on the node visits a force_tcp job's ports ----
 # stranger_attack.py sends the old protocol's hello for tasks 0, 1 and 9999
 # with forged ob1 frames and a goodbye, garbage, and a new hello with a guessed
 # key, to both ranks.  The job must run on with correct data and exit 0, and

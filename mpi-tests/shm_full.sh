@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # mpi-tests/shm_full.sh -- doorbell with a small shared-memory directory
-# (issue 10 point 9, issue 11's container case).
+# (a container's /dev/shm, or a full one).
 #
 # Runs in a private mount namespace (re-executes itself under `unshare -m`,
 # so needs root): each scenario mounts a tmpfs of a given size, runs

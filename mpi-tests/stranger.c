@@ -1,4 +1,4 @@
-/* stranger.c -- the victim of stranger_attack.py (issue 10, point 5).
+/* stranger.c -- the victim of stranger_attack.py.
  *
  * Usage: stranger [seconds]   (default 4)
  * Two ranks exchange checked messages for a few seconds, with pauses, while

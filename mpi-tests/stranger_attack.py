@@ -7,7 +7,7 @@ Waits (up to --wait seconds) until N processes running EXE (same path) each
 listen on a TCP port bound to 127.0.0.1 (doorbell's, with
 btl_doorbell_if_include lo; Open MPI's own listeners are elsewhere), waits
 --delay seconds so the job's own connections are up, then visits every such
-port the way issue 10 describes:
+port the way a stranger on the node would:
 
   1. the old protocol's hello for task 0 (its job hash is FNV-1a of
      "ompi.u<uid>.j<jobid>", computable by anyone who can see the job id),

@@ -215,8 +215,8 @@ grep_in idle_poll 'rank 1 counters:.* sleeps=0 ' "wait_mode=poll never sleeps"
 
 # ---- the empty progress pass ----------------------------------------------
 # Most progress passes find nothing, and with more ranks than cores their
-# cost multiplies: a collective step waits for every runnable rank's turn
-# (issue 9).  Instructions, counted by callgrind (exact, not a timing), of
+# cost multiplies: a collective step waits for every runnable rank's turn.
+# Instructions, counted by callgrind (exact, not a timing), of
 # the BTL's progress callback per call while rank 0 tests a receive nobody
 # answers yet, beside vader's counted the same way: at most 3x.  (Before
 # the core's one-question check it was 455 against vader's 75; since, about

@@ -111,7 +111,7 @@ fn a_member_connection_is_bound_to_the_task_it_proved() {
     assert_eq!(got, vec![(7, 9, b"hello".to_vec())]);
 }
 
-/// Point 7: connections that never speak are closed: beyond the cap at
+/// Connections that never speak are closed: beyond the cap at
 /// once, the rest at the hello deadline.  A real peer gets through after.
 #[test]
 fn silent_connections_are_dropped() {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh -- the MPI tests in a two-node layout on one machine (issue 4).
+# run.sh -- the MPI tests in a two-node layout on one machine.
 #
 # Builds the nodeA/nodeB namespace cluster (cluster.sh), runs mpirun inside
 # nodeA with rsh-agent.sh as the launcher, and checks:
