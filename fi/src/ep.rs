@@ -14,7 +14,7 @@ use crate::sys::*;
 use crate::util::{fi_err, guard, iov_slices, neg, negs, ours, Table, EINVAL, ENOSYS, EOTHER, FI_ADDR_ANY};
 use crate::wire::{Header, CORE_TAG, HEADER_BYTES};
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -58,6 +58,17 @@ pub struct Ep {
     tx_flags: AtomicU64,
     rx_flags: AtomicU64,
     enabled: AtomicBool,
+    /// The first thread that posted here, and whether another one has
+    /// since: then a sleeping read may hold a lock of the MPI's that the
+    /// other thread waits for, unseen by us (wait.rs keeps sleeps short).
+    first_thread: AtomicUsize,
+    threads: AtomicBool,
+}
+
+/// A cheap identity of the calling thread: the address of a thread-local.
+fn thread_id() -> usize {
+    thread_local!(static ME: u8 = const { 0 });
+    ME.with(|m| m as *const u8 as usize)
 }
 
 static FID_OPS: Table<fi_ops> = Table(fid_ops_full(close, bind, control));
@@ -129,6 +140,8 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, info: *mut fi_info, ep: *mut *
             tx_flags: AtomicU64::new(tx.map_or(0, |t| t.op_flags)),
             rx_flags: AtomicU64::new(rx.map_or(0, |r| r.op_flags)),
             enabled: AtomicBool::new(false),
+            first_thread: AtomicUsize::new(0),
+            threads: AtomicBool::new(false),
         });
         core.register(window, Arc::downgrade(&inner));
         crate::debug!("endpoint open: window {window} caps {caps:#x}");
@@ -335,6 +348,27 @@ fn kind_flag(k: Kind) -> u64 {
 }
 
 impl Ep {
+    /// Note the posting thread.
+    fn seen_thread(&self) {
+        if self.threads.load(Ordering::Relaxed) {
+            return;
+        }
+        let me = thread_id();
+        match self.first_thread.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => {}
+            Err(first) if first == me => {}
+            Err(_) => {
+                crate::debug!("window {}: a second thread posts: sleeps kept short", self.window);
+                self.threads.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Has more than one thread posted on this endpoint?
+    pub fn shared_by_threads(&self) -> bool {
+        self.threads.load(Ordering::Relaxed)
+    }
+
     /// One progress pass over our window: deliver what the core has.
     pub fn progress(&self) {
         let core = &self.domain.core;
@@ -481,6 +515,7 @@ impl Ep {
     /// under selective completion); an inject never completes.
     #[allow(clippy::too_many_arguments)]
     fn send(&self, kind: Kind, parts: &[&[u8]], dest: fi_addr_t, tag: u64, data: Option<u64>, ctx: usize, flags: u64, inject: bool) -> isize {
+        self.seen_thread();
         let Some(to) = self.source_of(dest) else { return negs(FI_EINVAL) };
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > MAX_MSG {
@@ -522,6 +557,7 @@ impl Ep {
     /// Post a receive (or peek, or take a claimed message).
     #[allow(clippy::too_many_arguments)]
     fn recv(&self, kind: Kind, iov: Vec<(usize, usize)>, src: fi_addr_t, tag: u64, ignore: u64, ctx: usize, flags: u64) -> isize {
+        self.seen_thread();
         let want_src = if src == FI_ADDR_ANY || self.caps & FI_DIRECTED_RECV == 0 {
             None
         } else {

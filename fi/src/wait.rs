@@ -95,11 +95,18 @@ impl Idle {
 /// An empty fi_cq_read: sleep if the policy says so.  True if it slept
 /// (the caller reads the queue again).
 pub fn maybe_sleep(cq: &Cq) -> bool {
-    let Some(d) = cq.idle.lock().unwrap_or_else(|p| p.into_inner()).empty(now_ns()) else { return false };
+    let (d, shortest) = {
+        let mut idle = cq.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(d) = idle.empty(now_ns()) else { return false };
+        (d, Duration::from_micros(idle.min_us))
+    };
     let eps = cq.eps();
     if eps.is_empty() {
         return false;
     }
+    // Another thread of the MPI may wait for a lock this read's caller
+    // holds: it cannot ring our bell, so only the bound ends its wait.
+    let d = if eps.iter().any(|e| e.shared_by_threads()) { d.min(shortest) } else { d };
     cq.sleeping.fetch_add(1, Ordering::AcqRel);
     sleep_eps(&eps, d);
     cq.sleeping.fetch_sub(1, Ordering::AcqRel);

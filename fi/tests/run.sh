@@ -14,7 +14,8 @@
 #   MPIS         which MPIs                       ("ompi mpich")
 #   NPS          rank counts                      ("2 4")
 #   TESTS        programs                         ("pingpong anysource probe alltoall_nb
-#                                                   ssend_vector collectives threads idle_cpu")
+#                                                   ssend_vector collectives threads idle_cpu
+#                                                   idle_point": also run with "threads")
 #   TCP_PASS     1: repeat everything with FI_DOORBELL_FORCE_TCP=1   (1)
 #   WAIT         FI_DOORBELL_WAIT for the runs     (adaptive)
 #   IDLE_CPU_LIMIT  percent a blocked receiver may use (5)
@@ -29,7 +30,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 MPIS=${MPIS:-ompi mpich}
 NPS=${NPS:-2 4}
-TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu}
+TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point}
 TCP_PASS=${TCP_PASS:-1}
 WAIT=${WAIT:-adaptive}
 IDLE_CPU_LIMIT=${IDLE_CPU_LIMIT:-5}
@@ -168,6 +169,9 @@ for mpi in $MPIS; do
                 idle_cpu) args=("$IDLE_CPU_LIMIT") ;;
                 esac
                 run_mpi "$mpi" "$np" "$mpi $t np=$np $via" "${extra[@]}" -- "$BIN/${t}_$mpi" "${args[@]}"
+                if [[ $t == idle_point ]]; then
+                    run_mpi "$mpi" "$np" "$mpi $t threads np=$np $via" "${extra[@]}" -- "$BIN/${t}_$mpi" threads
+                fi
             done
         done
     done
