@@ -7,6 +7,7 @@ use crate::ep::Ep;
 use crate::launch::{self, Launch};
 use crate::params::Settings;
 use doorbell::{Config, Endpoint};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// An address as fi_getname hands it out: the core's blob, then the window.
@@ -24,6 +25,22 @@ pub struct Core {
     /// Windows whose endpoint closed, for reuse.
     free: Mutex<Vec<u32>>,
     window_zero_taken: Mutex<bool>,
+    /// The process's threads once the core was up (the MPI's own and our
+    /// event thread), and whether more have appeared since (sticky).
+    threads_at_start: u64,
+    threads_grew: AtomicBool,
+    threads_checked_ns: AtomicU64,
+}
+
+/// How often the thread count is read (one small /proc read).
+const THREAD_CHECK_NS: u64 = 100_000_000;
+
+/// The process's thread count (0 if unknown).
+fn thread_count() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0 };
+    // "pid (comm) state ..." with num_threads the 20th field: the 18th
+    // after the closing parenthesis.
+    stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().nth(17)).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 static CORE: Mutex<Weak<Core>> = Mutex::new(Weak::new());
@@ -70,10 +87,33 @@ fn create(s: &Settings, l: &Launch) -> Result<Core, i32> {
         eps: Mutex::new(Vec::new()),
         free: Mutex::new(Vec::new()),
         window_zero_taken: Mutex::new(false),
+        threads_at_start: thread_count(),
+        threads_grew: AtomicBool::new(false),
+        threads_checked_ns: AtomicU64::new(0),
     })
 }
 
 impl Core {
+    /// Has the process started threads since the core was made?  Then
+    /// one of them may wait for a lock of the MPI's that a sleeping read's
+    /// caller holds, and only the sleep's bound ends that wait.
+    pub fn threads_grew(&self, now_ns: u64) -> bool {
+        if self.threads_grew.load(Ordering::Relaxed) {
+            return true;
+        }
+        let last = self.threads_checked_ns.load(Ordering::Relaxed);
+        if now_ns.saturating_sub(last) < THREAD_CHECK_NS && last != 0 {
+            return false;
+        }
+        self.threads_checked_ns.store(now_ns.max(1), Ordering::Relaxed);
+        let grew = self.threads_at_start != 0 && thread_count() > self.threads_at_start;
+        if grew {
+            crate::debug!("the process started threads: sleeps kept short");
+            self.threads_grew.store(true, Ordering::Relaxed);
+        }
+        grew
+    }
+
     /// A window for a new endpoint.
     pub fn open_window(&self) -> Result<u32, i32> {
         if let Some(w) = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop() {
@@ -127,4 +167,18 @@ pub fn split_address(a: &[u8]) -> Option<(&[u8], u32)> {
     }
     let w = u32::from_le_bytes(a[BLOB_BYTES..ADDR_BYTES].try_into().ok()?);
     Some((&a[..BLOB_BYTES], w))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn thread_count_sees_a_new_thread() {
+        let before = super::thread_count();
+        assert!(before >= 1);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let h = std::thread::spawn(move || rx.recv());
+        assert!(super::thread_count() > before);
+        drop(tx);
+        let _ = h.join();
+    }
 }

@@ -215,6 +215,11 @@ impl Cq {
         }
     }
 
+    fn head_is(&self, err: i32) -> bool {
+        let q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.front().is_some_and(|c| c.err.is_some_and(|e| e.0 == err))
+    }
+
     /// fi_cq_read(from): drain; else progress and drain; else maybe sleep.
     ///
     /// # Safety
@@ -223,14 +228,18 @@ impl Cq {
         if buf.is_null() && count > 0 {
             return negs(FI_EINVAL);
         }
+        let entered = crate::wait::now_ns();
         self.progress();
         // SAFETY: the caller's contract.
         let n = unsafe { self.drain(buf, count, src) };
         if n != EAGAIN {
-            self.idle.lock().unwrap_or_else(|p| p.into_inner()).found();
+            // A peek's miss is no find: a probe loop is still idle.
+            if n > 0 || !self.head_is(FI_ENOMSG) {
+                self.idle.lock().unwrap_or_else(|p| p.into_inner()).found();
+            }
             return n;
         }
-        if crate::wait::maybe_sleep(self) {
+        if crate::wait::maybe_sleep(self, entered) {
             // SAFETY: the caller's contract.
             return unsafe { self.drain(buf, count, src) };
         }

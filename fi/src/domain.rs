@@ -63,7 +63,9 @@ pub unsafe extern "C" fn open(
             Err(e) => return e,
         };
         let api = f.fid.api_version;
-        crate::debug!("domain open: api {}.{}", api >> 16, api & 0xffff);
+        // SAFETY: info is the application's valid fi_info (checked non-NULL).
+        let threading = unsafe { (*info).domain_attr.as_ref() }.map_or(FI_THREAD_UNSPEC, |d| d.threading);
+        crate::debug!("domain open: api {}.{} threading {threading}", api >> 16, api & 0xffff);
         let d = Box::new(Domain {
             fid: fid_domain {
                 fid: fid { fclass: FI_CLASS_DOMAIN as usize, context, ops: FID_OPS.ptr() },

@@ -63,6 +63,8 @@ pub struct Ep {
     /// other thread waits for, unseen by us (wait.rs keeps sleeps short).
     first_thread: AtomicUsize,
     threads: AtomicBool,
+    /// Operations posted: a read's caller that posts is not idle (wait.rs).
+    posts: AtomicU64,
 }
 
 /// A cheap identity of the calling thread: the address of a thread-local.
@@ -142,6 +144,7 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, info: *mut fi_info, ep: *mut *
             enabled: AtomicBool::new(false),
             first_thread: AtomicUsize::new(0),
             threads: AtomicBool::new(false),
+            posts: AtomicU64::new(0),
         });
         core.register(window, Arc::downgrade(&inner));
         crate::debug!("endpoint open: window {window} caps {caps:#x}");
@@ -348,8 +351,12 @@ fn kind_flag(k: Kind) -> u64 {
 }
 
 impl Ep {
-    /// Note the posting thread.
-    fn seen_thread(&self) {
+    /// Note a post (a peek is not one: it polls, as a read does), and
+    /// the posting thread.
+    fn seen_thread(&self, post: bool) {
+        if post {
+            self.posts.fetch_add(1, Ordering::Relaxed);
+        }
         if self.threads.load(Ordering::Relaxed) {
             return;
         }
@@ -362,6 +369,10 @@ impl Ep {
                 self.threads.store(true, Ordering::Relaxed);
             }
         }
+    }
+
+    pub fn posts(&self) -> u64 {
+        self.posts.load(Ordering::Relaxed)
     }
 
     /// Has more than one thread posted on this endpoint?
@@ -515,7 +526,7 @@ impl Ep {
     /// under selective completion); an inject never completes.
     #[allow(clippy::too_many_arguments)]
     fn send(&self, kind: Kind, parts: &[&[u8]], dest: fi_addr_t, tag: u64, data: Option<u64>, ctx: usize, flags: u64, inject: bool) -> isize {
-        self.seen_thread();
+        self.seen_thread(true);
         let Some(to) = self.source_of(dest) else { return negs(FI_EINVAL) };
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > MAX_MSG {
@@ -557,7 +568,7 @@ impl Ep {
     /// Post a receive (or peek, or take a claimed message).
     #[allow(clippy::too_many_arguments)]
     fn recv(&self, kind: Kind, iov: Vec<(usize, usize)>, src: fi_addr_t, tag: u64, ignore: u64, ctx: usize, flags: u64) -> isize {
-        self.seen_thread();
+        self.seen_thread(flags & FI_PEEK == 0);
         let want_src = if src == FI_ADDR_ANY || self.caps & FI_DIRECTED_RECV == 0 {
             None
         } else {
@@ -598,9 +609,9 @@ impl Ep {
     /// FI_PEEK (with FI_CLAIM or FI_DISCARD): report the first matching
     /// unexpected message, or FI_ENOMSG.
     fn peek(&self, kind: Kind, want: Want, r: Recv, flags: u64) -> isize {
-        // What has arrived by now should be seen.
-        self.progress();
-        let found = {
+        let look = || {
+            // What has arrived by now should be seen.
+            self.progress();
             let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
             if flags & FI_DISCARD != 0 {
                 m.discard(kind, want)
@@ -608,6 +619,16 @@ impl Ep {
                 m.peek(kind, want, (flags & FI_CLAIM != 0).then_some(r.ctx))
             }
         };
+        let entered = crate::wait::now_ns();
+        let mut found = look();
+        if found.is_none() {
+            // A blocking probe is a loop of peeks: a miss is an empty
+            // read, and may sleep as one does.
+            let rx = self.rx.read().unwrap_or_else(|p| p.into_inner()).clone();
+            if rx.is_some_and(|b| crate::wait::maybe_sleep(&b.cq, entered)) {
+                found = look();
+            }
+        }
         let mut c = Completion::ok(r.ctx, FI_RECV | kind_flag(kind));
         match found {
             Some(p) => {

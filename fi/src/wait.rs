@@ -1,15 +1,16 @@
 //! When fi_cq_read sleeps.
 //!
 //! The MPIs never ask for a wait object: a rank blocked in MPI_Recv calls
-//! fi_cq_read in a loop.  So the read decides.  It sleeps only while its
-//! caller polls back to back (reads less than `GAP_NS` apart: the MPI is
-//! doing nothing else between them) and has found nothing for `spin_us`.
-//! A caller that computes between reads (an MPI_Test loop) leaves gaps
-//! and is never put to sleep.  A sleep waits on the endpoint's bell
-//! (core `wait`): any message, TCP or shared memory, ends it at once; the
-//! bound (`sleep_min_us`, doubling up to `sleep_max_us` while nothing
-//! comes) only limits how long work that is not ours (another transport
-//! or thread of the MPI, a progress hook) can be kept waiting.
+//! fi_cq_read in a loop.  So the read decides (`Idle`).  It sleeps only
+//! while its caller does nothing but poll: after `spin_us` of empty reads
+//! its thread must have used almost no CPU between them.  A caller that
+//! computes between reads (an MPI_Test loop) is never put to sleep; one
+//! that yields the CPU between reads (an idle MPI on a crowded node) is.
+//! A sleep waits on the endpoint's bell (core `wait`): any message, TCP
+//! or shared memory, ends it at once; the bound (`sleep_min_us`, doubling
+//! up to `sleep_max_us` while nothing comes) only limits how long work
+//! that is not ours (another transport or thread of the MPI, a progress
+//! hook) can be kept waiting.
 
 use crate::cq::Cq;
 use crate::ep::Ep;
@@ -18,28 +19,74 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Reads further apart than this are not back to back.
+/// The caller is idle if, between our empty reads, its thread used less
+/// CPU than this per read: it only polls (or yields, or was preempted).
 const GAP_NS: u64 = 5_000;
+/// After a sleep, the caller is still idle if its thread used less CPU
+/// than this until the next read.
+const CPU_GAP_NS: u64 = 10_000;
 
 /// Monotonic nanoseconds since the first call.
-fn now_ns() -> u64 {
+pub fn now_ns() -> u64 {
     static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
+/// CPU time of the calling thread, in nanoseconds (a system call: read
+/// twice per spin window and once per read after a sleep, never per poll).
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: t is a valid timespec to write; the clock id is a constant.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// A cheap identity of the calling thread.
+fn thread_id() -> usize {
+    thread_local!(static ME: u8 = const { 0 });
+    ME.with(|m| m as *const u8 as usize)
+}
+
+fn this_thread() -> (usize, u64) {
+    (thread_id(), thread_cpu_ns())
+}
+
+/// A spin window: empty reads on one thread since its CPU time was `cpu0`.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    thread: usize,
+    cpu0: u64,
+    reads: u64,
+    /// Wall time spent inside those reads.
+    in_reads: u64,
+    /// When to look at the CPU clock next.
+    check_at: u64,
+}
+
 /// A queue's recent reads.
+///
+/// Spinning: after `spin_ns` of empty reads, the reading thread's CPU time
+/// tells whether its caller did anything between them.  Less than
+/// `GAP_NS` per read (it only polls, or yields the CPU as an idle MPI
+/// does on a crowded node): sleep.  More (a compute loop around MPI_Test):
+/// keep polling, never sleep there.  A window the thread spent mostly off
+/// the CPU (preempted) proves nothing yet: it is extended until the
+/// thread has polled for half of `spin_ns` of its own CPU time.  Sleeping: after a sleep, the next
+/// empty read sleeps again unless the thread used CPU in between.
+/// Anything found, and any operation posted, returns to spinning.
 #[derive(Debug)]
 pub struct Idle {
     policy: WaitPolicy,
     spin_ns: u64,
-    min_us: u64,
+    pub min_us: u64,
     max_us: u64,
-    /// When the last read returned.
-    last_return: u64,
-    /// Since when the reads have been back to back and empty.
-    since: Option<u64>,
+    spinning: Option<Window>,
+    /// Sleeping phase: the thread and its CPU time when its sleep ended.
+    asleep: Option<(usize, u64)>,
     /// The bound of the next sleep.
     sleep_us: u64,
+    /// The endpoints' post count when last seen.
+    posts: u64,
 }
 
 impl Idle {
@@ -49,34 +96,32 @@ impl Idle {
             spin_ns: s.spin_us * 1000,
             min_us: s.sleep_min_us,
             max_us: s.sleep_max_us,
-            last_return: 0,
-            since: None,
+            spinning: None,
+            asleep: None,
             sleep_us: s.sleep_min_us,
+            posts: 0,
         }
     }
 
     /// A read found something.
     pub fn found(&mut self) {
-        self.since = None;
+        self.spinning = None;
+        self.asleep = None;
         self.sleep_us = self.min_us;
-        self.last_return = now_ns();
     }
 
-    /// An empty read at `now`: the bound to sleep for, if it should sleep.
-    pub fn empty(&mut self, now: u64) -> Option<Duration> {
-        let back_to_back = now.saturating_sub(self.last_return) <= GAP_NS;
-        self.last_return = now;
+    /// An empty read that began at `entered` and decides at `now`, with
+    /// the endpoints' post count and a way to read the thread's (identity,
+    /// CPU time): the bound to sleep for, if it should sleep.
+    pub fn empty(&mut self, entered: u64, now: u64, posts: u64, cpu: impl Fn() -> (usize, u64)) -> Option<Duration> {
+        if posts != self.posts {
+            self.posts = posts;
+            self.found();
+        }
         let sleep = match self.policy {
             WaitPolicy::Poll => false,
             WaitPolicy::Block => true,
-            WaitPolicy::Adaptive => {
-                if !back_to_back {
-                    self.since = Some(now);
-                    false
-                } else {
-                    now - *self.since.get_or_insert(now) >= self.spin_ns
-                }
-            }
+            WaitPolicy::Adaptive => self.adaptive(entered, now, cpu),
         };
         if !sleep {
             return None;
@@ -86,31 +131,78 @@ impl Idle {
         Some(d)
     }
 
-    /// The read that slept returns now.
-    pub fn slept(&mut self) {
-        self.last_return = now_ns();
+    fn adaptive(&mut self, entered: u64, now: u64, cpu: impl Fn() -> (usize, u64)) -> bool {
+        if let Some((thread, at)) = self.asleep.take() {
+            let (me, c) = cpu();
+            if me == thread && c.saturating_sub(at) <= CPU_GAP_NS {
+                return true;
+            }
+            self.sleep_us = self.min_us;
+            self.spinning = Some(self.window(now, me, c));
+            return false;
+        }
+        let w = match self.spinning {
+            Some(w) => w,
+            None => {
+                let (me, c) = cpu();
+                self.window(now, me, c)
+            }
+        };
+        let mut w = Window { reads: w.reads + 1, in_reads: w.in_reads + now.saturating_sub(entered), ..w };
+        self.spinning = Some(w);
+        if now < w.check_at {
+            return false;
+        }
+        let (me, c) = cpu();
+        let used = c.saturating_sub(w.cpu0);
+        if me != w.thread {
+            self.spinning = Some(self.window(now, me, c));
+            return false;
+        }
+        if used < self.spin_ns / 2 {
+            w.check_at = now + self.spin_ns / 2;
+            self.spinning = Some(w);
+            return false;
+        }
+        if used.saturating_sub(w.in_reads) <= w.reads * GAP_NS {
+            self.spinning = None;
+            return true;
+        }
+        self.spinning = Some(self.window(now, me, c));
+        false
+    }
+
+    fn window(&self, now: u64, thread: usize, cpu0: u64) -> Window {
+        Window { thread, cpu0, reads: 0, in_reads: 0, check_at: now + self.spin_ns }
+    }
+
+    /// The read that slept returns now, on this thread at this CPU time.
+    pub fn slept(&mut self, thread: usize, cpu: u64) {
+        self.asleep = Some((thread, cpu));
     }
 }
 
 /// An empty fi_cq_read: sleep if the policy says so.  True if it slept
 /// (the caller reads the queue again).
-pub fn maybe_sleep(cq: &Cq) -> bool {
-    let (d, shortest) = {
-        let mut idle = cq.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(d) = idle.empty(now_ns()) else { return false };
-        (d, Duration::from_micros(idle.min_us))
-    };
+pub fn maybe_sleep(cq: &Cq, entered: u64) -> bool {
     let eps = cq.eps();
     if eps.is_empty() {
         return false;
     }
+    let posts = eps.iter().map(|e| e.posts()).sum();
+    let (d, shortest) = {
+        let mut idle = cq.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(d) = idle.empty(entered, now_ns(), posts, this_thread) else { return false };
+        (d, Duration::from_micros(idle.min_us))
+    };
     // Another thread of the MPI may wait for a lock this read's caller
     // holds: it cannot ring our bell, so only the bound ends its wait.
-    let d = if eps.iter().any(|e| e.shared_by_threads()) { d.min(shortest) } else { d };
+    let threads = eps.iter().any(|e| e.shared_by_threads()) || cq.domain.core.threads_grew(now_ns());
+    let d = if threads { d.min(shortest) } else { d };
     cq.sleeping.fetch_add(1, Ordering::AcqRel);
     sleep_eps(&eps, d);
     cq.sleeping.fetch_sub(1, Ordering::AcqRel);
-    cq.idle.lock().unwrap_or_else(|p| p.into_inner()).slept();
+    cq.idle.lock().unwrap_or_else(|p| p.into_inner()).slept(thread_id(), thread_cpu_ns());
     true
 }
 
@@ -165,33 +257,93 @@ mod tests {
         Idle::new(&s)
     }
 
+    use std::cell::Cell;
+
+    /// A thread whose CPU clock the test sets.
+    fn clock(c: &Cell<u64>) -> impl Fn() -> (usize, u64) + '_ {
+        move || (1, c.get())
+    }
+
     #[test]
-    fn adaptive_sleeps_only_after_back_to_back_empty_reads() {
+    fn adaptive_sleeps_after_a_window_of_pure_polling() {
         let mut i = idle(WaitPolicy::Adaptive);
-        let t0 = 1_000_000_000;
-        i.last_return = t0;
-        // Reads 1 us apart: back to back, but the spin window is 100 us.
-        let mut t = t0;
+        let cpu = Cell::new(0);
+        let mut t = 1_000_000_000;
+        // Reads 1 us apart, each 0.8 us inside the read, the caller using
+        // 0.2 us between them: polling.  The window is 100 us.
         for _ in 0..99 {
+            cpu.set(cpu.get() + 1_000);
+            assert_eq!(i.empty(t, t + 800, 0, clock(&cpu)), None);
             t += 1_000;
-            assert_eq!(i.empty(t), None);
         }
-        t += 2_000;
-        assert_eq!(i.empty(t), Some(Duration::from_micros(1000)));
-        // The bound doubles while nothing comes, up to the maximum.
-        assert_eq!(i.empty(t + 1_000), Some(Duration::from_micros(2000)));
-        assert_eq!(i.empty(t + 2_000), Some(Duration::from_micros(4000)));
-        assert_eq!(i.empty(t + 3_000), Some(Duration::from_micros(4000)));
+        cpu.set(cpu.get() + 2_000);
+        assert_eq!(i.empty(t, t + 1_800, 0, clock(&cpu)), Some(Duration::from_micros(1000)));
+        i.slept(1, cpu.get());
+        // Asleep, a read after a long gap with no CPU used (a yield, a
+        // preemption) sleeps again; the bound doubles up to the maximum.
+        cpu.set(cpu.get() + 3_000);
+        assert_eq!(i.empty(t + 50_000, t + 50_500, 0, clock(&cpu)), Some(Duration::from_micros(2000)));
+        i.slept(1, cpu.get());
+        assert_eq!(i.empty(t + 90_000, t + 90_500, 0, clock(&cpu)), Some(Duration::from_micros(4000)));
+        i.slept(1, cpu.get());
+        assert_eq!(i.empty(t + 99_000, t + 99_500, 0, clock(&cpu)), Some(Duration::from_micros(4000)));
+    }
+
+    #[test]
+    fn adaptive_polls_on_when_reads_are_far_apart_but_the_thread_yields() {
+        let mut i = idle(WaitPolicy::Adaptive);
+        let cpu = Cell::new(0);
+        let mut t = 1_000_000_000;
+        // An idle MPI that yields: 300 us off the CPU between reads, 3 us
+        // on it.  The window waits for 50 us of CPU, then sleeps.
+        let mut slept = None;
+        for n in 0..40 {
+            t += 300_000;
+            cpu.set(cpu.get() + 3_000);
+            if i.empty(t, t + 500, 0, clock(&cpu)).is_some() {
+                slept = Some(n);
+                break;
+            }
+        }
+        assert!(slept.is_some_and(|n| n >= 15), "{slept:?}: off-CPU gaps are idleness, once it polled 50 us");
+    }
+
+    #[test]
+    fn adaptive_waits_out_a_window_spent_off_the_cpu() {
+        let mut i = idle(WaitPolicy::Adaptive);
+        let cpu = Cell::new(0);
+        let t = 1_000_000_000;
+        assert_eq!(i.empty(t, t + 500, 0, clock(&cpu)), None);
+        // Preempted for 4 ms: the window's wall time is over, its CPU is not.
+        cpu.set(1_000);
+        assert_eq!(i.empty(t + 4_000_000, t + 4_000_500, 0, clock(&cpu)), None);
     }
 
     #[test]
     fn adaptive_never_sleeps_a_caller_that_computes_between_reads() {
         let mut i = idle(WaitPolicy::Adaptive);
+        let cpu = Cell::new(0);
         let mut t = 1_000_000_000;
         for _ in 0..10_000 {
-            t += 20_000; // 20 us of the caller's own work between reads
-            assert_eq!(i.empty(t), None);
+            // 20 us of the caller's own work between reads
+            t += 20_000;
+            cpu.set(cpu.get() + 20_000);
+            assert_eq!(i.empty(t, t + 500, 0, clock(&cpu)), None);
         }
+    }
+
+    #[test]
+    fn adaptive_stops_sleeping_when_the_thread_works_or_posts() {
+        let mut i = idle(WaitPolicy::Adaptive);
+        let cpu = Cell::new(30_000);
+        i.asleep = Some((1, 0));
+        assert_eq!(i.empty(0, 1_000_000, 0, clock(&cpu)), None, "30 us of its own CPU since the sleep");
+        assert!(i.asleep.is_none());
+        i.asleep = Some((1, 0));
+        assert_eq!(i.empty(0, 2_000_000, 0, || (2, 0)), None, "another thread reads");
+        i.asleep = Some((1, 30_000));
+        assert_eq!(i.empty(0, 3_000_000, 7, clock(&cpu)), None, "an operation was posted");
+        assert!(i.asleep.is_none());
     }
 
     #[test]
@@ -199,10 +351,11 @@ mod tests {
         let mut p = idle(WaitPolicy::Poll);
         let mut b = idle(WaitPolicy::Block);
         for t in 1..1000u64 {
-            assert_eq!(p.empty(t * 10), None);
+            assert_eq!(p.empty(t * 10, t * 10, 0, || (1, 0)), None);
         }
-        assert_eq!(b.empty(5), Some(Duration::from_micros(1000)));
+        assert_eq!(b.empty(5, 5, 0, || (1, 0)), Some(Duration::from_micros(1000)));
+        assert_eq!(b.empty(6, 6, 0, || (1, 0)), Some(Duration::from_micros(2000)));
         b.found();
-        assert_eq!(b.empty(1_000_000_000), Some(Duration::from_micros(1000)), "a find resets the bound");
+        assert_eq!(b.empty(7, 7, 0, || (1, 0)), Some(Duration::from_micros(1000)), "a find resets the bound");
     }
 }
