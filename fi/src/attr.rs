@@ -72,7 +72,7 @@ unsafe fn check(h: &fi_info, version: u32) -> Fit {
         if e.protocol != FI_PROTO_UNSPEC {
             return Err("protocol");
         }
-        if e.max_msg_size > MAX_MSG as usize || e.tx_ctx_cnt > 1 || e.rx_ctx_cnt > 1 || e.auth_key_size != 0 {
+        if e.max_msg_size > MAX_MSG || e.tx_ctx_cnt > 1 || e.rx_ctx_cnt > 1 || e.auth_key_size != 0 {
             return Err("ep attr");
         }
     }
@@ -175,7 +175,7 @@ unsafe fn build(hints: Option<&fi_info>, version: u32) -> Option<*mut fi_info> {
         };
         *ep = fi_ep_attr {
             type_: FI_EP_RDM,
-            protocol: FI_PROTO_UNSPEC as u32,
+            protocol: FI_PROTO_UNSPEC,
             protocol_version: 1,
             max_msg_size: MAX_MSG,
             msg_prefix_size: 0,
@@ -234,7 +234,7 @@ unsafe fn build(hints: Option<&fi_info>, version: u32) -> Option<*mut fi_info> {
         let f = &mut *info;
         f.caps = caps;
         f.mode = 0;
-        f.addr_format = FI_FORMAT_UNSPEC as u32;
+        f.addr_format = FI_FORMAT_UNSPEC;
         f.tx_attr = tx;
         f.rx_attr = rx;
         f.ep_attr = ep;
@@ -259,6 +259,9 @@ fn tag_format(asked: u64) -> u64 {
 }
 
 /// The provider's getinfo.
+///
+/// # Safety
+/// libfabric's contract: the pointers are NULL or valid for the call.
 pub unsafe extern "C" fn getinfo(
     version: u32,
     _node: *const std::os::raw::c_char,

@@ -43,6 +43,8 @@ static OPS: Table<fi_ops_av> = Table(fi_ops_av {
     av_set: Some(av_set),
 });
 
+/// # Safety
+/// libfabric's contract: the pointers are NULL or valid for the call.
 pub unsafe extern "C" fn open(d: *mut fid_domain, attr: *mut fi_av_attr, av: *mut *mut fid_av, context: *mut c_void) -> c_int {
     guard(EOTHER, || {
         // SAFETY: the application passes its domain's fid.

@@ -36,6 +36,8 @@ static OPS: Table<fi_ops_cntr> = Table(fi_ops_cntr {
     seterr: Some(seterr),
 });
 
+/// # Safety
+/// libfabric's contract: the pointers are NULL or valid for the call.
 pub unsafe extern "C" fn open(d: *mut fid_domain, attr: *mut fi_cntr_attr, c: *mut *mut fid_cntr, context: *mut c_void) -> c_int {
     guard(EOTHER, || {
         // SAFETY: the application passes its domain's fid.

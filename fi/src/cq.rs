@@ -65,6 +65,8 @@ static OPS: Table<fi_ops_cq> = Table(fi_ops_cq {
     strerror: Some(strerror),
 });
 
+/// # Safety
+/// libfabric's contract: the pointers are NULL or valid for the call.
 pub unsafe extern "C" fn open(d: *mut fid_domain, attr: *mut fi_cq_attr, cq: *mut *mut fid_cq, context: *mut c_void) -> c_int {
     guard(EOTHER, || {
         // SAFETY: the application passes its domain's fid.
@@ -239,7 +241,7 @@ impl Cq {
             }
             return n;
         }
-        if crate::wait::maybe_sleep(self, entered) {
+        if crate::wait::maybe_sleep(self, entered, false) {
             // SAFETY: the caller's contract.
             return unsafe { self.drain(buf, count, src) };
         }

@@ -46,6 +46,8 @@ static MR_OPS: Table<fi_ops_mr> = Table(fi_ops_mr {
     regattr: Some(mr_regattr),
 });
 
+/// # Safety
+/// libfabric's contract: the pointers are NULL or valid for the call.
 pub unsafe extern "C" fn open(
     fabric: *mut fid_fabric,
     info: *mut fi_info,

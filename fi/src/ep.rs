@@ -110,6 +110,8 @@ static TAGGED_OPS: Table<fi_ops_tagged> = Table(fi_ops_tagged {
     injectdata: Some(t_injectdata),
 });
 
+/// # Safety
+/// libfabric's contract: the pointers are NULL or valid for the call.
 pub unsafe extern "C" fn open(d: *mut fid_domain, info: *mut fi_info, ep: *mut *mut fid_ep, context: *mut c_void) -> c_int {
     guard(EOTHER, || {
         // SAFETY: the application passes its domain's fid.
@@ -375,6 +377,11 @@ impl Ep {
         self.posts.load(Ordering::Relaxed)
     }
 
+    /// Does a tagged receive wait here?  Then the MPI may wait for us.
+    pub fn awaits_tagged(&self) -> bool {
+        self.matcher.lock().unwrap_or_else(|p| p.into_inner()).posted_of(Kind::Tagged) > 0
+    }
+
     /// Has more than one thread posted on this endpoint?
     pub fn shared_by_threads(&self) -> bool {
         self.threads.load(Ordering::Relaxed)
@@ -625,7 +632,7 @@ impl Ep {
             // A blocking probe is a loop of peeks: a miss is an empty
             // read, and may sleep as one does.
             let rx = self.rx.read().unwrap_or_else(|p| p.into_inner()).clone();
-            if rx.is_some_and(|b| crate::wait::maybe_sleep(&b.cq, entered)) {
+            if rx.is_some_and(|b| crate::wait::maybe_sleep(&b.cq, entered, true)) {
                 found = look();
             }
         }

@@ -30,6 +30,8 @@ static OPS: Table<fi_ops_fabric> = Table(fi_ops_fabric {
 });
 
 /// The provider's fabric entry point.
+/// # Safety
+/// libfabric's contract: the pointers are NULL or valid for the call.
 pub unsafe extern "C" fn open(attr: *mut fi_fabric_attr, fabric: *mut *mut fid_fabric, context: *mut c_void) -> c_int {
     guard(EOTHER, || {
         if attr.is_null() || fabric.is_null() {

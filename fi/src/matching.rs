@@ -272,6 +272,11 @@ impl<R: Clone> Matcher<R> {
         None
     }
 
+    /// Receives of this kind waiting for a message.
+    pub fn posted_of(&self, kind: Kind) -> usize {
+        self.posted[kind as usize].len()
+    }
+
     pub fn posted_len(&self) -> usize {
         self.posted.iter().map(VecDeque::len).sum()
     }

@@ -79,7 +79,7 @@ impl<T> Table<T> {
 pub unsafe fn ours<'a, T>(fid: *const fid, ops: *const fi_ops) -> Option<&'a T> {
     // SAFETY: the caller guarantees fid is NULL or a live fid.
     let f = unsafe { fid.as_ref() }?;
-    if f.ops as *const fi_ops != ops {
+    if !std::ptr::eq(f.ops, ops) {
         return None;
     }
     // SAFETY: only our constructors install `ops`, and each puts it in a

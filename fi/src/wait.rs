@@ -25,6 +25,10 @@ const GAP_NS: u64 = 5_000;
 /// After a sleep, the caller is still idle if its thread used less CPU
 /// than this until the next read.
 const CPU_GAP_NS: u64 = 10_000;
+/// The CPU an empty read is taken to use at most.  Its wall time can be
+/// far longer (preempted inside it); counting that as the read's would
+/// hide the caller's own work between reads.
+const READ_CPU_NS: u64 = 3_000;
 
 /// Monotonic nanoseconds since the first call.
 pub fn now_ns() -> u64 {
@@ -57,7 +61,8 @@ struct Window {
     thread: usize,
     cpu0: u64,
     reads: u64,
-    /// Wall time spent inside those reads.
+    /// CPU spent inside those reads (estimated: wall time, each read's
+    /// capped at READ_CPU_NS).
     in_reads: u64,
     /// When to look at the CPU clock next.
     check_at: u64,
@@ -148,7 +153,7 @@ impl Idle {
                 self.window(now, me, c)
             }
         };
-        let mut w = Window { reads: w.reads + 1, in_reads: w.in_reads + now.saturating_sub(entered), ..w };
+        let mut w = Window { reads: w.reads + 1, in_reads: w.in_reads + now.saturating_sub(entered).min(READ_CPU_NS), ..w };
         self.spinning = Some(w);
         if now < w.check_at {
             return false;
@@ -182,11 +187,21 @@ impl Idle {
     }
 }
 
-/// An empty fi_cq_read: sleep if the policy says so.  True if it slept
-/// (the caller reads the queue again).
-pub fn maybe_sleep(cq: &Cq, entered: u64) -> bool {
+/// An empty fi_cq_read (or, `peeking`, a peek that missed): sleep if
+/// the policy says so.  True if it slept (the caller reads again).
+///
+/// Adaptive sleeps only while a tagged receive (or the peek) waits: the
+/// MPI then waits for a message of ours.  Without one, what it polls for
+/// is its own work (an RMA epoch on a SELF window, a progress hook),
+/// which can take a little CPU between reads, as little as a loop that
+/// only polls: no clock tells the two apart, so it is never slept on.
+pub fn maybe_sleep(cq: &Cq, entered: u64, peeking: bool) -> bool {
     let eps = cq.eps();
     if eps.is_empty() {
+        return false;
+    }
+    let policy = cq.domain.core.settings.wait;
+    if policy == WaitPolicy::Adaptive && !peeking && !eps.iter().any(|e| e.awaits_tagged()) {
         return false;
     }
     let posts = eps.iter().map(|e| e.posts()).sum();
@@ -317,6 +332,20 @@ mod tests {
         // Preempted for 4 ms: the window's wall time is over, its CPU is not.
         cpu.set(1_000);
         assert_eq!(i.empty(t + 4_000_000, t + 4_000_500, 0, clock(&cpu)), None);
+    }
+
+    #[test]
+    fn a_read_preempted_inside_does_not_hide_the_callers_work() {
+        let mut i = idle(WaitPolicy::Adaptive);
+        let cpu = Cell::new(0);
+        let mut t = 1_000_000_000;
+        for n in 0..20 {
+            // 20 us of the caller's work, then a read that is preempted
+            // inside for 400 us of wall time.
+            cpu.set(cpu.get() + 21_000);
+            assert_eq!(i.empty(t, t + 400_000, 0, clock(&cpu)), None, "read {n}");
+            t += 420_000;
+        }
     }
 
     #[test]
