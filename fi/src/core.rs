@@ -68,12 +68,23 @@ fn create(s: &Settings, l: &Launch) -> Result<Core, i32> {
         force_tcp: s.force_tcp,
         if_include: s.if_include.clone(),
         if_exclude: s.if_exclude.clone(),
+        // Known, the control segment's name goes once every local peer
+        // mapped it (a rank killed later leaves no file); over TCP nobody maps it.
+        local_peers: if s.force_tcp { Some(0) } else { l.local_peers },
         ..Config::default()
     };
     if let Some(d) = &s.shm_dir {
         cfg.shm_dir = d.clone();
     }
-    crate::debug!("core: task {} job {} ({}) node {} force_tcp {}", l.task, l.job, l.job_source, l.node, s.force_tcp);
+    crate::debug!(
+        "core: task {} job {} ({}) node {} local peers {:?} force_tcp {}",
+        l.task,
+        l.job,
+        l.job_source,
+        l.node,
+        l.local_peers,
+        s.force_tcp
+    );
     let ep = Endpoint::new(cfg).map_err(|e| {
         eprintln!("doorbell-fi: cannot create the core endpoint (task {}, job key from {}): {e}", l.task, l.job_source);
         crate::util::fi_err(e)

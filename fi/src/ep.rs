@@ -393,8 +393,22 @@ impl Ep {
         if !core.ep.may_have_work(self.window).unwrap_or(true) {
             return;
         }
-        if let Err(e) = core.ep.progress(self.window, &mut |task, tag, bytes| self.deliver(task, tag, bytes)) {
-            crate::debug!("progress: {e}");
+        match core.ep.progress(self.window, &mut |task, tag, bytes| self.deliver(task, tag, bytes)) {
+            Ok(w) => self.woke(w),
+            Err(e) => crate::debug!("progress: {e}"),
+        }
+    }
+
+    /// A peer that died fails the receives that wait for it alone
+    /// (FI_EIO): nothing else will complete them.
+    fn woke(&self, w: doorbell::Woke) {
+        let doorbell::Woke::PeerLost(task) = w else { return };
+        crate::debug!("window {}: task {task} lost", self.window);
+        let gone = self.matcher.lock().unwrap_or_else(|p| p.into_inner()).drop_directed_at(task);
+        for p in gone {
+            let mut c = Completion::ok(p.r.ctx, FI_RECV | kind_flag(p.r.kind) | multi_flag(&p));
+            c.err = Some((FI_EIO, 0));
+            self.push_rx(c, true);
         }
     }
 
@@ -402,9 +416,12 @@ impl Ep {
     pub fn sleep(&self, d: Duration) {
         let core = &self.domain.core;
         let mode = Some(doorbell::WaitMode::Block);
-        if let Err(e) = core.ep.wait(self.window, mode, Some(d), &mut |task, tag, bytes| self.deliver(task, tag, bytes)) {
-            crate::debug!("wait: {e}");
-            std::thread::sleep(d.min(Duration::from_millis(1)));
+        match core.ep.wait(self.window, mode, Some(d), &mut |task, tag, bytes| self.deliver(task, tag, bytes)) {
+            Ok(w) => self.woke(w),
+            Err(e) => {
+                crate::debug!("wait: {e}");
+                std::thread::sleep(d.min(Duration::from_millis(1)));
+            }
         }
     }
 

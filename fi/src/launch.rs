@@ -17,6 +17,8 @@ pub struct Launch {
     pub node: String,
     /// Where the job key came from (for the debug trace and errors).
     pub job_source: String,
+    /// Other ranks of the job on this node, if the launcher says.
+    pub local_peers: Option<u32>,
 }
 
 /// The environment as a lookup, so tests can pass their own.
@@ -71,7 +73,12 @@ pub fn derive(s: &Settings, env: &dyn Env, hydra_proxy: impl Fn() -> Option<u32>
     let uid = unsafe { libc::getuid() };
     let job = format!("fi.u{uid}.{:016x}", doorbell_fnv1a(source.as_bytes()));
     let node = s.node.clone().unwrap_or_else(hostname);
-    Ok(Launch { job, task, node, job_source: source })
+    let local_peers = ["MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"]
+        .iter()
+        .find_map(|k| env.get(k).and_then(|v| v.trim().parse::<u32>().ok()))
+        .filter(|n| *n > 0)
+        .map(|n| n - 1);
+    Ok(Launch { job, task, node, job_source: source, local_peers })
 }
 
 pub fn doorbell_fnv1a(b: &[u8]) -> u64 {
@@ -135,14 +142,20 @@ mod tests {
     #[test]
     fn ompi_pmix_and_hydra_and_explicit() {
         let s = settings();
-        let ompi = HashMap::from([("PMIX_NAMESPACE", "1865220097"), ("PMIX_RANK", "3"), ("OMPI_COMM_WORLD_RANK", "3")]);
+        let ompi = HashMap::from([
+            ("PMIX_NAMESPACE", "1865220097"),
+            ("PMIX_RANK", "3"),
+            ("OMPI_COMM_WORLD_RANK", "3"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "4"),
+        ]);
         let l = derive(&s, &ompi, || None).unwrap();
-        assert_eq!((l.task, l.node.as_str()), (3, "n1"));
+        assert_eq!((l.task, l.node.as_str(), l.local_peers), (3, "n1", Some(3)));
         assert!(l.job.starts_with("fi.u") && l.job.len() <= 40, "{}", l.job);
         let other = HashMap::from([("PMIX_NAMESPACE", "1865220098"), ("PMIX_RANK", "3")]);
         assert_ne!(derive(&s, &other, || None).unwrap().job, l.job, "two jobs, two keys");
 
         let hydra = HashMap::from([("PMI_RANK", "1"), ("PMI_FD", "9")]);
+        assert_eq!(derive(&s, &hydra, || Some(1)).unwrap().local_peers, None);
         let a = derive(&s, &hydra, || Some(4242)).unwrap();
         let b = derive(&s, &HashMap::from([("PMI_RANK", "0"), ("PMI_FD", "11")]), || Some(4242)).unwrap();
         assert_eq!((a.job.clone(), a.task, b.task), (b.job.clone(), 1, 0), "ranks under one proxy share a key");

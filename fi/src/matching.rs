@@ -272,6 +272,18 @@ impl<R: Clone> Matcher<R> {
         None
     }
 
+    /// Remove every posted receive that names `task` as its source (the
+    /// task is gone: they can never match).
+    pub fn drop_directed_at(&mut self, task: u32) -> Vec<Posted<R>> {
+        let mut out = Vec::new();
+        for q in &mut self.posted {
+            let (gone, keep): (VecDeque<_>, VecDeque<_>) = q.drain(..).partition(|p| p.want.src.is_some_and(|s| s.task == task));
+            *q = keep;
+            out.extend(gone);
+        }
+        out
+    }
+
     /// Receives of this kind waiting for a message.
     pub fn posted_of(&self, kind: Kind) -> usize {
         self.posted[kind as usize].len()
@@ -398,6 +410,20 @@ mod tests {
         assert!(m.cancel(1).is_none());
         assert_eq!(m.arrive(Kind::Tagged, A, 0, None, b"").into, None);
         assert_eq!(m.arrive(Kind::Msg, A, 0, None, b"").into, Some(Into::One(2)));
+    }
+
+    #[test]
+    fn a_lost_task_takes_only_the_receives_that_name_it() {
+        let mut m = Matcher::<u32>::default();
+        m.post(Kind::Tagged, one(1, want(Some(A), 1, 0)));
+        m.post(Kind::Tagged, one(2, want(None, 1, 0)));
+        m.post(Kind::Msg, one(3, Want { src: Some(A), ..Want::any() }));
+        m.post(Kind::Tagged, one(4, want(Some(B), 1, 0)));
+        let mut gone: Vec<u32> = m.drop_directed_at(A.task).into_iter().map(|p| p.r).collect();
+        gone.sort();
+        assert_eq!(gone, vec![1, 3]);
+        assert_eq!(m.posted_len(), 2);
+        assert_eq!(m.arrive(Kind::Tagged, B, 1, None, b"").into, Some(Into::One(2)), "order kept");
     }
 
     #[test]
