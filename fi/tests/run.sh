@@ -15,7 +15,9 @@
 #   NPS          rank counts                      ("2 4")
 #   TESTS        programs                         ("pingpong anysource probe alltoall_nb
 #                                                   ssend_vector collectives threads idle_cpu
-#                                                   idle_point": also run with "threads")
+#                                                   idle_point kill_ranks": idle_point also
+#                                                   with "threads"; kill_ranks at 4 ranks on shm:
+#                                                   a killed job leaves no file behind)
 #   TCP_PASS     1: repeat everything with FI_DOORBELL_FORCE_TCP=1   (1)
 #   WAIT         FI_DOORBELL_WAIT for the runs     (adaptive)
 #   IDLE_CPU_LIMIT  percent a blocked receiver may use (5)
@@ -30,7 +32,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 MPIS=${MPIS:-ompi mpich}
 NPS=${NPS:-2 4}
-TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point}
+TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point kill_ranks}
 TCP_PASS=${TCP_PASS:-1}
 WAIT=${WAIT:-adaptive}
 IDLE_CPU_LIMIT=${IDLE_CPU_LIMIT:-5}
@@ -142,6 +144,37 @@ run_mpi() {
     fi
 }
 
+# kill_ranks MPI WHO: 4 ranks exchange, then one or all SIGKILL themselves;
+# the job's private shared-memory directory must end up empty.
+kill_ranks() {
+    local mpi=$1 who=$2 name="$1 kill_ranks $2 np=4 shm" dir
+    local log=$LOGS/$(slug "$name").log
+    dir=$(mktemp -d /dev/shm/doorbell-fi-kill.XXXXXX)
+    case $mpi in
+    ompi)
+        env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+            timeout "$RUN_TIMEOUT" mpirun.openmpi --allow-run-as-root --oversubscribe -np 4 \
+            -x FI_PROVIDER_PATH="$PROV" -x FI_DOORBELL_IF_INCLUDE=lo -x FI_DOORBELL_SHM_DIR="$dir" \
+            --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include doorbell "$BIN/kill_ranks_$mpi" "$who" >"$log" 2>&1
+        ;;
+    mpich)
+        env FI_PROVIDER_PATH="$PROV" FI_DOORBELL_IF_INCLUDE=lo FI_DOORBELL_SHM_DIR="$dir" \
+            MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=doorbell MPIR_CVAR_NOLOCAL=1 \
+            timeout "$RUN_TIMEOUT" "$MPICH_VENV/bin/mpiexec" -n 4 "$BIN/kill_ranks_$mpi" "$who" >"$log" 2>&1
+        ;;
+    esac
+    sleep 1 # survivors ended by the launcher finish exiting
+    local left
+    left=$(ls -A "$dir" | wc -l)
+    if grep -q "kill_ranks: exchanged" "$log" && [[ $left == 0 ]]; then
+        pass "$name"
+    else
+        echo "files left: $(ls -A "$dir" | tr '\n' ' ')" >>"$log"
+        fail "$name ($left files left)" "$log"
+    fi
+    rm -rf "$dir"
+}
+
 leftovers_before=$(ls /dev/shm 2>/dev/null | grep -c "^doorbell-fi\.u$(id -u)\." || true)
 for mpi in $MPIS; do
     if ! have_mpi "$mpi"; then
@@ -155,6 +188,10 @@ for mpi in $MPIS; do
             fail "build $t ($mpi)" "$log"
         fi
     done
+    if [[ " $TESTS " == *" kill_ranks "* && -x $BIN/kill_ranks_$mpi ]]; then
+        kill_ranks "$mpi" one
+        kill_ranks "$mpi" all
+    fi
     passes=(shm)
     [[ $TCP_PASS == 1 ]] && passes+=(tcp)
     for via in "${passes[@]}"; do
@@ -162,7 +199,7 @@ for mpi in $MPIS; do
         [[ $via == tcp ]] && extra=(FI_DOORBELL_FORCE_TCP=1)
         for np in $NPS; do
             for t in $TESTS; do
-                [[ -x $BIN/${t}_$mpi ]] || continue
+                [[ -x $BIN/${t}_$mpi && $t != kill_ranks ]] || continue
                 args=()
                 case $t in
                 pingpong) args=("$PINGPONG_MAX") ;;
