@@ -30,6 +30,9 @@ pub struct Core {
     threads_at_start: u64,
     threads_grew: AtomicBool,
     threads_checked_ns: AtomicU64,
+    /// Operations posted on any endpoint: a read's caller that posts is
+    /// not idle (wait.rs).
+    posts: AtomicU64,
 }
 
 /// How often the thread count is read (one small /proc read).
@@ -101,6 +104,7 @@ fn create(s: &Settings, l: &Launch) -> Result<Core, i32> {
         threads_at_start: thread_count(),
         threads_grew: AtomicBool::new(false),
         threads_checked_ns: AtomicU64::new(0),
+        posts: AtomicU64::new(0),
     })
 }
 
@@ -123,6 +127,14 @@ impl Core {
             self.threads_grew.store(true, Ordering::Relaxed);
         }
         grew
+    }
+
+    pub fn posted(&self) {
+        self.posts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn posts(&self) -> u64 {
+        self.posts.load(Ordering::Relaxed)
     }
 
     /// A window for a new endpoint.

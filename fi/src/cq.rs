@@ -11,7 +11,7 @@ use crate::wait::Idle;
 use std::collections::VecDeque;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 /// One completion, success or error.
 #[derive(Debug, Clone, Copy)]
@@ -44,7 +44,7 @@ pub struct Cq {
     format: fi_cq_format,
     queue: Mutex<VecDeque<Completion>>,
     /// Endpoints bound to this queue: what a read progresses.
-    eps: Mutex<Vec<Weak<Ep>>>,
+    eps: RwLock<Vec<Weak<Ep>>>,
     pub idle: Mutex<Idle>,
     /// fi_cq_signal: end one sread early.
     signaled: AtomicBool,
@@ -92,7 +92,7 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, attr: *mut fi_cq_attr, cq: *mu
                 domain: dom.inner.clone(),
                 format,
                 queue: Mutex::new(VecDeque::new()),
-                eps: Mutex::new(Vec::new()),
+                eps: RwLock::new(Vec::new()),
                 idle: Mutex::new(Idle::new(&dom.inner.core.settings)),
                 signaled: AtomicBool::new(false),
                 sleeping: AtomicU32::new(0),
@@ -127,7 +127,8 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
 
 impl Cq {
     pub fn bind(&self, ep: Weak<Ep>) {
-        let mut eps = self.eps.lock().unwrap_or_else(|p| p.into_inner());
+        let mut eps = self.eps.write().unwrap_or_else(|p| p.into_inner());
+        eps.retain(|e| e.strong_count() > 0);
         if !eps.iter().any(|e| e.ptr_eq(&ep)) {
             eps.push(ep);
         }
@@ -138,15 +139,15 @@ impl Cq {
     }
 
     pub fn eps(&self) -> Vec<Arc<Ep>> {
-        let mut eps = self.eps.lock().unwrap_or_else(|p| p.into_inner());
-        eps.retain(|e| e.strong_count() > 0);
-        eps.iter().filter_map(Weak::upgrade).collect()
+        self.eps.read().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade).collect()
     }
 
-    /// Progress every bound endpoint once.
+    /// Progress every bound endpoint once (no allocation: every read does it).
     pub fn progress(&self) {
-        for ep in self.eps() {
-            ep.progress();
+        for ep in self.eps.read().unwrap_or_else(|p| p.into_inner()).iter() {
+            if let Some(ep) = ep.upgrade() {
+                ep.progress();
+            }
         }
     }
 

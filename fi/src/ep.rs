@@ -63,8 +63,6 @@ pub struct Ep {
     /// other thread waits for, unseen by us (wait.rs keeps sleeps short).
     first_thread: AtomicUsize,
     threads: AtomicBool,
-    /// Operations posted: a read's caller that posts is not idle (wait.rs).
-    posts: AtomicU64,
 }
 
 /// A cheap identity of the calling thread: the address of a thread-local.
@@ -146,7 +144,6 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, info: *mut fi_info, ep: *mut *
             enabled: AtomicBool::new(false),
             first_thread: AtomicUsize::new(0),
             threads: AtomicBool::new(false),
-            posts: AtomicU64::new(0),
         });
         core.register(window, Arc::downgrade(&inner));
         crate::debug!("endpoint open: window {window} caps {caps:#x}");
@@ -357,7 +354,7 @@ impl Ep {
     /// the posting thread.
     fn seen_thread(&self, post: bool) {
         if post {
-            self.posts.fetch_add(1, Ordering::Relaxed);
+            self.domain.core.posted();
         }
         if self.threads.load(Ordering::Relaxed) {
             return;
@@ -371,10 +368,6 @@ impl Ep {
                 self.threads.store(true, Ordering::Relaxed);
             }
         }
-    }
-
-    pub fn posts(&self) -> u64 {
-        self.posts.load(Ordering::Relaxed)
     }
 
     /// Does a tagged receive wait here?  Then the MPI may wait for us.

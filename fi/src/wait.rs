@@ -55,11 +55,13 @@ fn this_thread() -> (usize, u64) {
     (thread_id(), thread_cpu_ns())
 }
 
-/// A spin window: empty reads on one thread since its CPU time was `cpu0`.
+/// A spin window: empty reads on one thread since its CPU time was
+/// `cpu0` (None for its first `spin_ns`: a window that a find ends soon,
+/// as in a ping-pong, costs no clock system call).
 #[derive(Debug, Clone, Copy)]
 struct Window {
     thread: usize,
-    cpu0: u64,
+    cpu0: Option<u64>,
     reads: u64,
     /// CPU spent inside those reads (estimated: wall time, each read's
     /// capped at READ_CPU_NS).
@@ -143,27 +145,22 @@ impl Idle {
                 return true;
             }
             self.sleep_us = self.min_us;
-            self.spinning = Some(self.window(now, me, c));
+            self.spinning = Some(self.measured(now, me, c));
             return false;
         }
-        let w = match self.spinning {
-            Some(w) => w,
-            None => {
-                let (me, c) = cpu();
-                self.window(now, me, c)
-            }
-        };
+        let w = self.spinning.unwrap_or(Window { thread: 0, cpu0: None, reads: 0, in_reads: 0, check_at: now + self.spin_ns });
         let mut w = Window { reads: w.reads + 1, in_reads: w.in_reads + now.saturating_sub(entered).min(READ_CPU_NS), ..w };
         self.spinning = Some(w);
         if now < w.check_at {
             return false;
         }
         let (me, c) = cpu();
-        let used = c.saturating_sub(w.cpu0);
-        if me != w.thread {
-            self.spinning = Some(self.window(now, me, c));
+        let Some(cpu0) = w.cpu0.filter(|_| me == w.thread) else {
+            // The first spin_ns passed: from now on, measure.
+            self.spinning = Some(self.measured(now, me, c));
             return false;
-        }
+        };
+        let used = c.saturating_sub(cpu0);
         if used < self.spin_ns / 2 {
             w.check_at = now + self.spin_ns / 2;
             self.spinning = Some(w);
@@ -173,12 +170,13 @@ impl Idle {
             self.spinning = None;
             return true;
         }
-        self.spinning = Some(self.window(now, me, c));
+        self.spinning = Some(self.measured(now, me, c));
         false
     }
 
-    fn window(&self, now: u64, thread: usize, cpu0: u64) -> Window {
-        Window { thread, cpu0, reads: 0, in_reads: 0, check_at: now + self.spin_ns }
+    /// A window that measures from now (`spin_ns / 2` of it).
+    fn measured(&self, now: u64, thread: usize, cpu0: u64) -> Window {
+        Window { thread, cpu0: Some(cpu0), reads: 0, in_reads: 0, check_at: now + self.spin_ns / 2 }
     }
 
     /// The read that slept returns now, on this thread at this CPU time.
@@ -196,23 +194,23 @@ impl Idle {
 /// which can take a little CPU between reads, as little as a loop that
 /// only polls: no clock tells the two apart, so it is never slept on.
 pub fn maybe_sleep(cq: &Cq, entered: u64, peeking: bool) -> bool {
-    let eps = cq.eps();
-    if eps.is_empty() {
+    let core = &cq.domain.core;
+    let policy = core.settings.wait;
+    if policy == WaitPolicy::Poll {
         return false;
     }
-    let policy = cq.domain.core.settings.wait;
-    if policy == WaitPolicy::Adaptive && !peeking && !eps.iter().any(|e| e.awaits_tagged()) {
-        return false;
-    }
-    let posts = eps.iter().map(|e| e.posts()).sum();
     let (d, shortest) = {
         let mut idle = cq.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(d) = idle.empty(entered, now_ns(), posts, this_thread) else { return false };
+        let Some(d) = idle.empty(entered, now_ns(), core.posts(), this_thread) else { return false };
         (d, Duration::from_micros(idle.min_us))
     };
+    let eps = cq.eps();
+    if eps.is_empty() || (policy == WaitPolicy::Adaptive && !peeking && !eps.iter().any(|e| e.awaits_tagged())) {
+        return false;
+    }
     // Another thread of the MPI may wait for a lock this read's caller
     // holds: it cannot ring our bell, so only the bound ends its wait.
-    let threads = eps.iter().any(|e| e.shared_by_threads()) || cq.domain.core.threads_grew(now_ns());
+    let threads = eps.iter().any(|e| e.shared_by_threads()) || core.threads_grew(now_ns());
     let d = if threads { d.min(shortest) } else { d };
     cq.sleeping.fetch_add(1, Ordering::AcqRel);
     sleep_eps(&eps, d);
@@ -285,8 +283,9 @@ mod tests {
         let cpu = Cell::new(0);
         let mut t = 1_000_000_000;
         // Reads 1 us apart, each 0.8 us inside the read, the caller using
-        // 0.2 us between them: polling.  The window is 100 us.
-        for _ in 0..99 {
+        // 0.2 us between them: polling.  The window is 100 us, then 50 us
+        // measured on the CPU clock.
+        for _ in 0..149 {
             cpu.set(cpu.get() + 1_000);
             assert_eq!(i.empty(t, t + 800, 0, clock(&cpu)), None);
             t += 1_000;
@@ -329,6 +328,7 @@ mod tests {
         let cpu = Cell::new(0);
         let t = 1_000_000_000;
         assert_eq!(i.empty(t, t + 500, 0, clock(&cpu)), None);
+        assert_eq!(i.empty(t, t + 100_500, 0, clock(&cpu)), None, "measuring starts");
         // Preempted for 4 ms: the window's wall time is over, its CPU is not.
         cpu.set(1_000);
         assert_eq!(i.empty(t + 4_000_000, t + 4_000_500, 0, clock(&cpu)), None);
