@@ -15,9 +15,11 @@
 #   NPS          rank counts                      ("2 4")
 #   TESTS        programs                         ("pingpong anysource probe alltoall_nb
 #                                                   ssend_vector collectives threads idle_cpu
-#                                                   idle_point kill_ranks": idle_point also
+#                                                   idle_point kill_ranks mpi4py": idle_point also
 #                                                   with "threads"; kill_ranks at 4 ranks on shm:
-#                                                   a killed job leaves no file behind)
+#                                                   a killed job leaves no file behind; mpi4py at
+#                                                   2 ranks where mpi4py imports: the wheel's venv
+#                                                   for MPICH, /usr/bin/python3 for Open MPI)
 #   TCP_PASS     1: repeat everything with FI_DOORBELL_FORCE_TCP=1   (1)
 #   WAIT         FI_DOORBELL_WAIT for the runs     (adaptive)
 #   IDLE_CPU_LIMIT  percent a blocked receiver may use (5)
@@ -32,7 +34,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 MPIS=${MPIS:-ompi mpich}
 NPS=${NPS:-2 4}
-TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point kill_ranks}
+TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point kill_ranks mpi4py}
 TCP_PASS=${TCP_PASS:-1}
 WAIT=${WAIT:-adaptive}
 IDLE_CPU_LIMIT=${IDLE_CPU_LIMIT:-5}
@@ -101,6 +103,8 @@ fi
 # ---- MPI programs ----
 MPICC_ompi=mpicc.openmpi
 MPICC_mpich=$MPICH_VENV/bin/mpicc
+PYTHON_ompi=/usr/bin/python3
+PYTHON_mpich=$MPICH_VENV/bin/python
 have_mpi() {
     case $1 in
     ompi) command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null &&
@@ -134,9 +138,11 @@ run_mpi() {
         rc=$?
         ;;
     esac
-    local prog
-    prog=$(basename "$1")
-    prog=${prog%_*}
+    local prog=${EXPECT:-}
+    if [[ -z $prog ]]; then
+        prog=$(basename "$1")
+        prog=${prog%_*}
+    fi
     if [[ $rc == 0 ]] && grep -q "^$prog: OK" "$log"; then
         pass "$name$(grep -o 'IDLE_CPU max=[0-9.]*%' "$log" | head -1 | sed 's/^/ (/;s/$/)/')"
     else
@@ -184,6 +190,7 @@ for mpi in $MPIS; do
     cc_var=MPICC_$mpi
     for t in $TESTS; do
         log=$LOGS/build-$t-$mpi.log
+        [[ -f $ROOT/mpi-tests/$t.c ]] || continue
         if ${!cc_var} -O2 -o "$BIN/${t}_$mpi" "$ROOT/mpi-tests/$t.c" >"$log" 2>&1; then :; else
             fail "build $t ($mpi)" "$log"
         fi
@@ -198,6 +205,14 @@ for mpi in $MPIS; do
         extra=()
         [[ $via == tcp ]] && extra=(FI_DOORBELL_FORCE_TCP=1)
         for np in $NPS; do
+            if [[ " $TESTS " == *" mpi4py "* && $np == 2 ]]; then
+                py_var=PYTHON_$mpi
+                if "${!py_var}" -c 'import mpi4py, numpy' 2>/dev/null; then
+                    EXPECT=mpi4py_check run_mpi "$mpi" 2 "$mpi mpi4py np=2 $via" "${extra[@]}" -- "${!py_var}" "$ROOT/mpi-tests/mpi4py_check.py"
+                else
+                    skip "$mpi mpi4py np=2 $via" "mpi4py or numpy not importable by ${!py_var}"
+                fi
+            fi
             for t in $TESTS; do
                 [[ -x $BIN/${t}_$mpi && $t != kill_ranks ]] || continue
                 args=()
