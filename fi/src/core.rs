@@ -54,7 +54,7 @@ pub fn get(settings: &Settings) -> Result<Arc<Core>, i32> {
     if let Some(c) = g.upgrade() {
         return Ok(c);
     }
-    let l = launch::derive(settings, &launch::ProcessEnv, launch::find_hydra_proxy).map_err(|why| {
+    let l = launch::derive(settings, &launch::ProcessEnv, launch::hydra_job).map_err(|why| {
         eprintln!("doorbell-fi: {why}");
         crate::util::neg(crate::sys::FI_ENODATA)
     })?;

@@ -41,7 +41,7 @@ impl Env for HashMap<&str, &str> {
 }
 
 /// The job key, task and node, or why they cannot be known.
-pub fn derive(s: &Settings, env: &dyn Env, hydra_proxy: impl Fn() -> Option<u32>) -> Result<Launch, String> {
+pub fn derive(s: &Settings, env: &dyn Env, hydra_proxy: impl Fn() -> Option<String>) -> Result<Launch, String> {
     let task = match s.task {
         Some(t) => t,
         None => ["PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"]
@@ -60,12 +60,11 @@ pub fn derive(s: &Settings, env: &dyn Env, hydra_proxy: impl Fn() -> Option<u32>
     } else if let Some(j) = env.get("SLURM_JOB_ID") {
         format!("SLURM_JOB_ID={j}.{}", env.get("SLURM_STEP_ID").unwrap_or_default())
     } else if env.get("PMI_FD").is_some() || env.get("PMI_PORT").is_some() {
-        // Hydra names no job in the environment.  Its proxy, one per node
-        // and job, is every local rank's ancestor: a key good on one node.
-        // Ranks on other nodes get another key, and their addresses are
-        // refused: jobs across nodes under hydra set FI_DOORBELL_JOB.
-        let pid = hydra_proxy().ok_or("under hydra (PMI_FD), but no hydra_pmi_proxy among this process's ancestors; set FI_DOORBELL_JOB")?;
-        format!("hydra_pmi_proxy={pid}")
+        // Hydra names no job in the environment.  Its proxy (one per node
+        // and job, every local rank's ancestor) has it on its command line:
+        // mpiexec's control port and the process group, the same on every node.
+        let job = hydra_proxy().ok_or("under hydra (PMI_FD), but no hydra_pmi_proxy among this process's ancestors; set FI_DOORBELL_JOB")?;
+        format!("hydra={job}")
     } else {
         return Err("no job in the environment (PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid, PMI_KVSNAME, SLURM_JOB_ID, a hydra proxy); set FI_DOORBELL_JOB".into());
     };
@@ -97,9 +96,25 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
+/// The job of the nearest hydra_pmi_proxy above us: its mpiexec's control
+/// port and process group ("host:port/pgid"), or, if its command line
+/// does not say, its pid (a key good on this node only).
+pub fn hydra_job() -> Option<String> {
+    let pid = find_hydra_proxy()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    Some(hydra_job_of(&cmdline).unwrap_or_else(|| format!("proxy{pid}")))
+}
+
+/// "--control-port H:P ... --pgid G" from a NUL-separated command line.
+fn hydra_job_of(cmdline: &[u8]) -> Option<String> {
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let after = |flag: &[u8]| args.windows(2).find(|w| w[0] == flag).map(|w| String::from_utf8_lossy(w[1]).into_owned());
+    Some(format!("{}/{}", after(b"--control-port")?, after(b"--pgid").unwrap_or_default()))
+}
+
 /// The nearest ancestor named hydra_pmi_proxy (wrappers such as timeout
 /// or valgrind may sit between it and us).
-pub fn find_hydra_proxy() -> Option<u32> {
+fn find_hydra_proxy() -> Option<u32> {
     let mut pid = std::process::id();
     for _ in 0..16 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -155,10 +170,12 @@ mod tests {
         assert_ne!(derive(&s, &other, || None).unwrap().job, l.job, "two jobs, two keys");
 
         let hydra = HashMap::from([("PMI_RANK", "1"), ("PMI_FD", "9")]);
-        assert_eq!(derive(&s, &hydra, || Some(1)).unwrap().local_peers, None);
-        let a = derive(&s, &hydra, || Some(4242)).unwrap();
-        let b = derive(&s, &HashMap::from([("PMI_RANK", "0"), ("PMI_FD", "11")]), || Some(4242)).unwrap();
-        assert_eq!((a.job.clone(), a.task, b.task), (b.job.clone(), 1, 0), "ranks under one proxy share a key");
+        assert_eq!(derive(&s, &hydra, || Some("h:1/0".into())).unwrap().local_peers, None);
+        let a = derive(&s, &hydra, || Some("vm:38961/0".into())).unwrap();
+        let b = derive(&s, &HashMap::from([("PMI_RANK", "0"), ("PMI_FD", "11")]), || Some("vm:38961/0".into())).unwrap();
+        assert_eq!((a.job.clone(), a.task, b.task), (b.job.clone(), 1, 0), "ranks of one mpiexec share a key");
+        let c = derive(&s, &hydra, || Some("vm:38962/0".into())).unwrap();
+        assert_ne!(a.job, c.job, "another mpiexec, another key");
         assert!(derive(&s, &hydra, || None).is_err(), "hydra without its proxy");
 
         let explicit = Settings { job: Some("mine".into()), task: Some(7), ..settings() };
@@ -166,5 +183,12 @@ mod tests {
         assert_eq!((e.task, e.job_source.as_str()), (7, "FI_DOORBELL_JOB=mine"));
         assert!(derive(&s, &HashMap::from([("PMI_RANK", "0")]), || None).is_err(), "no job");
         assert!(derive(&s, &HashMap::new(), || None).is_err(), "no rank");
+    }
+
+    #[test]
+    fn hydra_proxy_command_line() {
+        let cmd = b"/v/bin/hydra_pmi_proxy\0--control-port\0vm:38961\0--rmk\0user\0--pgid\x000\0--proxy-id\x001\0";
+        assert_eq!(hydra_job_of(cmd).as_deref(), Some("vm:38961/0"));
+        assert_eq!(hydra_job_of(b"hydra_pmi_proxy\0--pgid\x000\0"), None);
     }
 }

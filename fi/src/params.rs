@@ -45,7 +45,7 @@ pub struct Settings {
 
 const STRINGS: &[(&CStr, &CStr)] = &[
     (c"wait", c"How fi_cq_read waits when nothing completed: poll (return at once), adaptive (spin while the caller polls back to back, then sleep on the endpoint's bell, bounded) or block (sleep, bounded, at once). Default: adaptive"),
-    (c"job", c"Job key shared by every rank of a job (default: from the launcher: PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid, SLURM_JOB_ID/SLURM_STEP_ID, or the hydra proxy on this node)"),
+    (c"job", c"Job key shared by every rank of a job (default: from the launcher: PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid, SLURM_JOB_ID/SLURM_STEP_ID, or mpiexec's control port on hydra's proxy command line)"),
     (c"node", c"Node name: ranks with the same name talk over shared memory (default: the host name)"),
     (c"if_include", c"Interfaces (names or IPv4 CIDRs, comma-separated) for TCP between nodes"),
     (c"if_exclude", c"Interfaces (names or IPv4 CIDRs, comma-separated) never used for TCP"),

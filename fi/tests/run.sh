@@ -3,7 +3,8 @@
 #
 # Builds libdoorbell-fi.so (release) into $OUT/prov, checks that fi_info
 # lists it (Debian's libfabric 1.17 and, when the MPICH wheel is there, its
-# 2.x core), runs the provider's unit tests, then runs the repo's MPI test
+# 2.x core), runs the provider's unit tests and fi_check (libfabric's API
+# without an MPI, under both cores), then runs the repo's MPI test
 # programs over it: Open MPI 4.1 with `pml cm, mtl ofi` and MPICH (the PyPI
 # wheel, ch4:ofi with MPIR_CVAR_NOLOCAL=1 so that on-node traffic goes
 # through the provider).  Each MPI runs them twice: shared memory, then
@@ -98,6 +99,32 @@ if command -v fi_info >/dev/null; then
     fi
 else
     skip "fi_info" "libfabric-bin not installed"
+fi
+
+# ---- the provider through libfabric's API, no MPI (fi_check.c) ----
+log=$LOGS/build-fi_check.log
+if cc -O2 -Wall -I "$ROOT/fi/include" -o "$BIN/fi_check" "$ROOT/fi/tests/fi_check.c" -lfabric >"$log" 2>&1; then
+    for via in shm tcp; do
+        tcp=0
+        [[ $via == tcp ]] && tcp=1
+        for core in debian wheel; do
+            envs=(FI_PROVIDER_PATH="$PROV" FI_DOORBELL_IF_INCLUDE=lo FI_DOORBELL_FORCE_TCP=$tcp)
+            name="fi_check $via (libfabric 1.17)"
+            if [[ $core == wheel ]]; then
+                [[ -f $MPICH_VENV/lib/mpich/libfabric.so.1 ]] || continue
+                envs+=(LD_LIBRARY_PATH="$MPICH_VENV/lib/mpich")
+                name="fi_check $via (MPICH wheel's libfabric, its API version)"
+            fi
+            log=$LOGS/$(slug "$name").log
+            if env "${envs[@]}" timeout "$RUN_TIMEOUT" "$BIN/fi_check" core >"$log" 2>&1 && grep -q '^fi_check: OK' "$log"; then
+                pass "$name"
+            else
+                fail "$name" "$log"
+            fi
+        done
+    done
+else
+    fail "build fi_check" "$log"
 fi
 
 # ---- MPI programs ----
