@@ -116,9 +116,8 @@ pub unsafe fn from_fid<'a>(f: *const fid) -> Option<&'a CqFid> {
 unsafe extern "C" fn close(f: *mut fid) -> c_int {
     guard(EOTHER, || {
         // SAFETY: the application closes a fid we made.
-        if unsafe { from_fid(f) }.is_none() {
-            return EINVAL;
-        }
+        let Some(c) = (unsafe { from_fid(f) }) else { return EINVAL };
+        crate::debug!("cq close: {} sleeps", c.inner.idle.lock().unwrap_or_else(|p| p.into_inner()).sleeps);
         // SAFETY: our boxed CqFid (checked), closed once.
         drop(unsafe { Box::from_raw(f as *mut CqFid) });
         0

@@ -94,6 +94,8 @@ pub struct Idle {
     sleep_us: u64,
     /// The endpoints' post count when last seen.
     posts: u64,
+    /// Sleeps taken (for the debug trace).
+    pub sleeps: u64,
 }
 
 impl Idle {
@@ -107,6 +109,7 @@ impl Idle {
             asleep: None,
             sleep_us: s.sleep_min_us,
             posts: 0,
+            sleeps: 0,
         }
     }
 
@@ -181,6 +184,7 @@ impl Idle {
 
     /// The read that slept returns now, on this thread at this CPU time.
     pub fn slept(&mut self, thread: usize, cpu: u64) {
+        self.sleeps += 1;
         self.asleep = Some((thread, cpu));
     }
 }
