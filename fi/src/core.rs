@@ -1,0 +1,217 @@
+//! The process's one core endpoint, shared by every domain and endpoint
+//! of the provider.  The core allows one endpoint per task and job on a
+//! node; each libfabric endpoint gets one of its windows.  Dropped when
+//! the last domain closes (the core then flushes and says goodbye).
+
+use crate::ep::Ep;
+use crate::launch::{self, Launch};
+use crate::params::Settings;
+use doorbell::{Config, Endpoint};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// An address as fi_getname hands it out: the core's blob, then the window.
+pub const BLOB_BYTES: usize = 56;
+pub const ADDR_BYTES: usize = BLOB_BYTES + 4;
+
+pub struct Core {
+    pub ep: Endpoint,
+    pub task: u32,
+    pub blob: [u8; BLOB_BYTES],
+    pub settings: Settings,
+    /// Our endpoints by window, for messages to ourselves (the provider
+    /// delivers those itself: the core has no path to its own task).
+    eps: Mutex<Vec<Weak<Ep>>>,
+    /// Windows whose endpoint closed, for reuse.
+    free: Mutex<Vec<u32>>,
+    window_zero_taken: Mutex<bool>,
+    /// The process's threads once the core was up (the MPI's own and our
+    /// event thread), and whether more have appeared since (sticky).
+    threads_at_start: u64,
+    threads_grew: AtomicBool,
+    threads_checked_ns: AtomicU64,
+    /// Operations posted on any endpoint: a read's caller that posts is
+    /// not idle (wait.rs).
+    posts: AtomicU64,
+}
+
+/// How often the thread count is read (one small /proc read).
+const THREAD_CHECK_NS: u64 = 100_000_000;
+
+/// The process's thread count (0 if unknown).
+fn thread_count() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0 };
+    // "pid (comm) state ..." with num_threads the 20th field: the 18th
+    // after the closing parenthesis.
+    stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().nth(17)).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+static CORE: Mutex<Weak<Core>> = Mutex::new(Weak::new());
+
+/// The process's core, created on first use.
+pub fn get(settings: &Settings) -> Result<Arc<Core>, i32> {
+    let mut g = CORE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = g.upgrade() {
+        return Ok(c);
+    }
+    let l = launch::derive(settings, &launch::ProcessEnv, launch::hydra_job).map_err(|why| {
+        eprintln!("doorbell-fi: {why}");
+        crate::util::neg(crate::sys::FI_ENODATA)
+    })?;
+    let c = Arc::new(create(settings, &l)?);
+    *g = Arc::downgrade(&c);
+    Ok(c)
+}
+
+fn create(s: &Settings, l: &Launch) -> Result<Core, i32> {
+    let mut cfg = Config {
+        task: l.task,
+        node_id: launch::doorbell_fnv1a(l.node.as_bytes()),
+        job: l.job.clone(),
+        force_tcp: s.force_tcp,
+        if_include: s.if_include.clone(),
+        if_exclude: s.if_exclude.clone(),
+        // Known, the control segment's name goes once every local peer
+        // mapped it (a rank killed later leaves no file); over TCP nobody maps it.
+        local_peers: if s.force_tcp { Some(0) } else { l.local_peers },
+        ..Config::default()
+    };
+    if let Some(d) = &s.shm_dir {
+        cfg.shm_dir = d.clone();
+    }
+    crate::debug!(
+        "core: task {} job {} ({}) node {} local peers {:?} force_tcp {}",
+        l.task,
+        l.job,
+        l.job_source,
+        l.node,
+        l.local_peers,
+        s.force_tcp
+    );
+    let ep = Endpoint::new(cfg).map_err(|e| {
+        eprintln!("doorbell-fi: cannot create the core endpoint (task {}, job key from {}): {e}", l.task, l.job_source);
+        crate::util::fi_err(e)
+    })?;
+    let blob = ep.address().encode();
+    Ok(Core {
+        ep,
+        task: l.task,
+        blob,
+        settings: s.clone(),
+        eps: Mutex::new(Vec::new()),
+        free: Mutex::new(Vec::new()),
+        window_zero_taken: Mutex::new(false),
+        threads_at_start: thread_count(),
+        threads_grew: AtomicBool::new(false),
+        threads_checked_ns: AtomicU64::new(0),
+        posts: AtomicU64::new(0),
+    })
+}
+
+impl Core {
+    /// Has the process started threads since the core was made?  Then
+    /// one of them may wait for a lock of the MPI's that a sleeping read's
+    /// caller holds, and only the sleep's bound ends that wait.
+    pub fn threads_grew(&self, now_ns: u64) -> bool {
+        if self.threads_grew.load(Ordering::Relaxed) {
+            return true;
+        }
+        let last = self.threads_checked_ns.load(Ordering::Relaxed);
+        if now_ns.saturating_sub(last) < THREAD_CHECK_NS && last != 0 {
+            return false;
+        }
+        self.threads_checked_ns.store(now_ns.max(1), Ordering::Relaxed);
+        let grew = self.threads_at_start != 0 && thread_count() > self.threads_at_start;
+        if grew {
+            crate::debug!("the process started threads: sleeps kept short");
+            self.threads_grew.store(true, Ordering::Relaxed);
+        }
+        grew
+    }
+
+    pub fn posted(&self) {
+        self.posts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn posts(&self) -> u64 {
+        self.posts.load(Ordering::Relaxed)
+    }
+
+    /// A window for a new endpoint.
+    pub fn open_window(&self) -> Result<u32, i32> {
+        if let Some(w) = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(w);
+        }
+        {
+            let mut zero = self.window_zero_taken.lock().unwrap_or_else(|p| p.into_inner());
+            if !*zero {
+                *zero = true;
+                return Ok(0);
+            }
+        }
+        self.ep.window_open().map_err(crate::util::fi_err)
+    }
+
+    pub fn register(&self, window: u32, ep: Weak<Ep>) {
+        let mut eps = self.eps.lock().unwrap_or_else(|p| p.into_inner());
+        let w = window as usize;
+        if eps.len() <= w {
+            eps.resize(w + 1, Weak::new());
+        }
+        eps[w] = ep;
+    }
+
+    pub fn release_window(&self, window: u32) {
+        let mut eps = self.eps.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = eps.get_mut(window as usize) {
+            *e = Weak::new();
+        }
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).push(window);
+    }
+
+    /// Our own endpoint at `window`.
+    pub fn local_ep(&self, window: u32) -> Option<Arc<Ep>> {
+        self.eps.lock().unwrap_or_else(|p| p.into_inner()).get(window as usize)?.upgrade()
+    }
+
+    /// This endpoint's address for fi_getname.
+    pub fn address(&self, window: u32) -> [u8; ADDR_BYTES] {
+        let mut a = [0u8; ADDR_BYTES];
+        a[..BLOB_BYTES].copy_from_slice(&self.blob);
+        a[BLOB_BYTES..].copy_from_slice(&window.to_le_bytes());
+        a
+    }
+}
+
+/// Split an fi address into the core's blob and the window.
+pub fn split_address(a: &[u8]) -> Option<(&[u8], u32)> {
+    if a.len() < ADDR_BYTES {
+        return None;
+    }
+    let w = u32::from_le_bytes(a[BLOB_BYTES..ADDR_BYTES].try_into().ok()?);
+    Some((&a[..BLOB_BYTES], w))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn thread_count_counts_live_threads() {
+        // Other tests start and end threads meanwhile: count ours only
+        // from below.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+        let hs: Vec<_> = (0..8)
+            .map(|_| {
+                let rx = rx.clone();
+                std::thread::spawn(move || {
+                    let _ = rx.lock().map(|r| r.recv());
+                })
+            })
+            .collect();
+        assert!(super::thread_count() >= 9, "8 blocked threads and this one");
+        drop(tx);
+        for h in hs {
+            let _ = h.join();
+        }
+    }
+}

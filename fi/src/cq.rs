@@ -1,0 +1,411 @@
+//! Completion queues.  Endpoints push completions; fi_cq_read progresses
+//! the endpoints bound to the queue when it is empty, and then decides
+//! whether to sleep (wait.rs).
+
+use crate::domain::{self, DomainInner};
+use crate::ep::Ep;
+use crate::stubs::fid_ops;
+use crate::sys::*;
+use crate::util::{fi_version_of, guard, neg, negs, ours, Table, EAGAIN, EINVAL, EOTHER, FI_ADDR_NONE};
+use crate::wait::Idle;
+use std::collections::VecDeque;
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+/// One completion, success or error.
+#[derive(Debug, Clone, Copy)]
+pub struct Completion {
+    pub ctx: usize,
+    pub flags: u64,
+    pub len: usize,
+    pub buf: usize,
+    pub data: u64,
+    pub tag: u64,
+    pub src: fi_addr_t,
+    /// An error: its (positive) number and the bytes that did not fit.
+    pub err: Option<(i32, usize)>,
+}
+
+impl Completion {
+    pub fn ok(ctx: usize, flags: u64) -> Completion {
+        Completion { ctx, flags, len: 0, buf: 0, data: 0, tag: 0, src: FI_ADDR_NONE, err: None }
+    }
+}
+
+#[repr(C)]
+pub struct CqFid {
+    pub fid: fid_cq,
+    pub inner: Arc<Cq>,
+}
+
+pub struct Cq {
+    pub domain: Arc<DomainInner>,
+    format: fi_cq_format,
+    queue: Mutex<VecDeque<Completion>>,
+    /// Endpoints bound to this queue: what a read progresses.
+    eps: RwLock<Vec<Weak<Ep>>>,
+    pub idle: Mutex<Idle>,
+    /// fi_cq_signal: end one sread early.
+    signaled: AtomicBool,
+    /// Reads sleeping now: a completion pushed from outside a progress
+    /// pass (another thread's post) wakes them.
+    pub sleeping: AtomicU32,
+}
+
+static FID_OPS: Table<fi_ops> = Table(fid_ops(close));
+static OPS: Table<fi_ops_cq> = Table(fi_ops_cq {
+    size: std::mem::size_of::<fi_ops_cq>(),
+    read: Some(read),
+    readfrom: Some(readfrom),
+    readerr: Some(readerr),
+    sread: Some(sread),
+    sreadfrom: Some(sreadfrom),
+    signal: Some(signal),
+    strerror: Some(strerror),
+});
+
+/// # Safety
+/// libfabric's contract: the pointers are NULL or valid for the call.
+pub unsafe extern "C" fn open(d: *mut fid_domain, attr: *mut fi_cq_attr, cq: *mut *mut fid_cq, context: *mut c_void) -> c_int {
+    guard(EOTHER, || {
+        // SAFETY: the application passes its domain's fid.
+        let Some(dom) = (unsafe { domain::from_fid(d as *const fid) }) else { return EINVAL };
+        // SAFETY: attr is NULL or the application's valid attributes.
+        let a = unsafe { attr.as_ref() };
+        if cq.is_null() {
+            return EINVAL;
+        }
+        let format = a.map_or(FI_CQ_FORMAT_UNSPEC, |a| a.format);
+        if format > FI_CQ_FORMAT_TAGGED {
+            return EINVAL;
+        }
+        let wait = a.map_or(FI_WAIT_NONE, |a| a.wait_obj);
+        if !matches!(wait, FI_WAIT_NONE | FI_WAIT_UNSPEC | FI_WAIT_YIELD) {
+            crate::debug!("cq open: wait object {wait} not offered");
+            return neg(FI_ENOSYS);
+        }
+        crate::debug!("cq open: format {format} wait {wait}");
+        let c = Box::new(CqFid {
+            fid: fid_cq { fid: fid { fclass: FI_CLASS_CQ as usize, context, ops: FID_OPS.ptr() }, ops: OPS.ptr() },
+            inner: Arc::new(Cq {
+                domain: dom.inner.clone(),
+                format,
+                queue: Mutex::new(VecDeque::new()),
+                eps: RwLock::new(Vec::new()),
+                idle: Mutex::new(Idle::new(&dom.inner.core.settings)),
+                signaled: AtomicBool::new(false),
+                sleeping: AtomicU32::new(0),
+            }),
+        });
+        // SAFETY: cq is a valid out pointer (checked above).
+        unsafe { *cq = Box::into_raw(c) as *mut fid_cq };
+        0
+    })
+}
+
+/// Our CQ behind `f`.
+///
+/// # Safety
+/// `f` is NULL or a live fid.
+pub unsafe fn from_fid<'a>(f: *const fid) -> Option<&'a CqFid> {
+    // SAFETY: per the contract.
+    unsafe { ours::<CqFid>(f, FID_OPS.ptr()) }
+}
+
+unsafe extern "C" fn close(f: *mut fid) -> c_int {
+    guard(EOTHER, || {
+        // SAFETY: the application closes a fid we made.
+        let Some(c) = (unsafe { from_fid(f) }) else { return EINVAL };
+        crate::debug!("cq close: {} sleeps", c.inner.idle.lock().unwrap_or_else(|p| p.into_inner()).sleeps);
+        // SAFETY: our boxed CqFid (checked), closed once.
+        drop(unsafe { Box::from_raw(f as *mut CqFid) });
+        0
+    })
+}
+
+impl Cq {
+    pub fn bind(&self, ep: Weak<Ep>) {
+        let mut eps = self.eps.write().unwrap_or_else(|p| p.into_inner());
+        eps.retain(|e| e.strong_count() > 0);
+        if !eps.iter().any(|e| e.ptr_eq(&ep)) {
+            eps.push(ep);
+        }
+    }
+
+    pub fn push(&self, c: Completion) {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(c);
+    }
+
+    pub fn eps(&self) -> Vec<Arc<Ep>> {
+        self.eps.read().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Progress every bound endpoint once (no allocation: every read does it).
+    pub fn progress(&self) {
+        for ep in self.eps.read().unwrap_or_else(|p| p.into_inner()).iter() {
+            if let Some(ep) = ep.upgrade() {
+                ep.progress();
+            }
+        }
+    }
+
+    /// Move up to `count` successes into `buf` (and sources into `src`).
+    /// Stops at an error entry: -FI_EAVAIL if it is first.
+    ///
+    /// # Safety
+    /// `buf` holds `count` entries of this queue's format; `src` is NULL or
+    /// holds `count` fi_addr_t.
+    unsafe fn drain(&self, buf: *mut c_void, count: usize, src: *mut fi_addr_t) -> isize {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut n = 0;
+        while n < count {
+            let Some(c) = q.front().copied() else { break };
+            if c.err.is_some() {
+                if n == 0 {
+                    return negs(FI_EAVAIL as i32);
+                }
+                break;
+            }
+            q.pop_front();
+            // SAFETY: entry n of buf exists (n < count) in this format.
+            unsafe { self.write(buf, n, &c) };
+            if !src.is_null() {
+                // SAFETY: src holds count entries.
+                unsafe { *src.add(n) = c.src };
+            }
+            n += 1;
+        }
+        if n == 0 {
+            EAGAIN
+        } else {
+            n as isize
+        }
+    }
+
+    /// # Safety
+    /// `buf` holds more than `i` entries of this queue's format.
+    unsafe fn write(&self, buf: *mut c_void, i: usize, c: &Completion) {
+        let ctx = c.ctx as *mut c_void;
+        // SAFETY: per the contract, entry i is in bounds for the format.
+        unsafe {
+            match self.format {
+                FI_CQ_FORMAT_MSG => {
+                    *(buf as *mut fi_cq_msg_entry).add(i) = fi_cq_msg_entry { op_context: ctx, flags: c.flags, len: c.len }
+                }
+                FI_CQ_FORMAT_DATA => {
+                    *(buf as *mut fi_cq_data_entry).add(i) = fi_cq_data_entry {
+                        op_context: ctx,
+                        flags: c.flags,
+                        len: c.len,
+                        buf: c.buf as *mut c_void,
+                        data: c.data,
+                    }
+                }
+                FI_CQ_FORMAT_TAGGED => {
+                    *(buf as *mut fi_cq_tagged_entry).add(i) = fi_cq_tagged_entry {
+                        op_context: ctx,
+                        flags: c.flags,
+                        len: c.len,
+                        buf: c.buf as *mut c_void,
+                        data: c.data,
+                        tag: c.tag,
+                    }
+                }
+                _ => *(buf as *mut fi_cq_entry).add(i) = fi_cq_entry { op_context: ctx },
+            }
+        }
+    }
+
+    fn head_is(&self, err: i32) -> bool {
+        let q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.front().is_some_and(|c| c.err.is_some_and(|e| e.0 == err))
+    }
+
+    /// fi_cq_read(from): drain; else progress and drain; else maybe sleep.
+    ///
+    /// # Safety
+    /// As `drain`.
+    unsafe fn read(&self, buf: *mut c_void, count: usize, src: *mut fi_addr_t) -> isize {
+        if buf.is_null() && count > 0 {
+            return negs(FI_EINVAL);
+        }
+        let entered = crate::wait::now_ns();
+        self.progress();
+        // SAFETY: the caller's contract.
+        let n = unsafe { self.drain(buf, count, src) };
+        if n != EAGAIN {
+            // A peek's miss is no find: a probe loop is still idle.
+            if n > 0 || !self.head_is(FI_ENOMSG) {
+                self.idle.lock().unwrap_or_else(|p| p.into_inner()).found();
+            }
+            return n;
+        }
+        if crate::wait::maybe_sleep(self, entered, false) {
+            // SAFETY: the caller's contract.
+            return unsafe { self.drain(buf, count, src) };
+        }
+        EAGAIN
+    }
+
+    /// fi_cq_sread: block until something completes or `timeout_ms` passes
+    /// (negative: no limit).
+    ///
+    /// # Safety
+    /// As `drain`.
+    unsafe fn sread(&self, buf: *mut c_void, count: usize, src: *mut fi_addr_t, timeout_ms: c_int) -> isize {
+        let deadline = (timeout_ms >= 0).then(|| std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms as u64));
+        loop {
+            self.progress();
+            // SAFETY: the caller's contract.
+            let n = unsafe { self.drain(buf, count, src) };
+            if n != EAGAIN {
+                return n;
+            }
+            if self.signaled.swap(false, Ordering::AcqRel) {
+                return EAGAIN;
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                    Some(l) if !l.is_zero() => l,
+                    _ => return negs(FI_ETIMEDOUT),
+                },
+                None => std::time::Duration::from_millis(100),
+            };
+            crate::wait::sleep_on(self, left.min(std::time::Duration::from_millis(100)));
+        }
+    }
+}
+
+unsafe extern "C" fn read(cq: *mut fid_cq, buf: *mut c_void, count: usize) -> isize {
+    // SAFETY: the application's cq and buffer of count entries.
+    guard(EOTHER as isize, || unsafe { with(cq, |c| c.read(buf, count, std::ptr::null_mut())) })
+}
+
+unsafe extern "C" fn readfrom(cq: *mut fid_cq, buf: *mut c_void, count: usize, src: *mut fi_addr_t) -> isize {
+    // SAFETY: as read, with src of count entries.
+    guard(EOTHER as isize, || unsafe { with(cq, |c| c.read(buf, count, src)) })
+}
+
+unsafe extern "C" fn sread(cq: *mut fid_cq, buf: *mut c_void, count: usize, _cond: *const c_void, timeout: c_int) -> isize {
+    // SAFETY: as read.
+    guard(EOTHER as isize, || unsafe { with(cq, |c| c.sread(buf, count, std::ptr::null_mut(), timeout)) })
+}
+
+unsafe extern "C" fn sreadfrom(
+    cq: *mut fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut fi_addr_t,
+    _cond: *const c_void,
+    timeout: c_int,
+) -> isize {
+    // SAFETY: as readfrom.
+    guard(EOTHER as isize, || unsafe { with(cq, |c| c.sread(buf, count, src, timeout)) })
+}
+
+/// # Safety
+/// `cq` is NULL or a live fid.
+unsafe fn with(cq: *mut fid_cq, f: impl FnOnce(&Cq) -> isize) -> isize {
+    // SAFETY: per the contract.
+    match unsafe { from_fid(cq as *const fid) } {
+        Some(c) => f(&c.inner),
+        None => negs(FI_EINVAL),
+    }
+}
+
+/// The size of fi_cq_err_entry up to err_data (API 1.0).
+const ERR_ENTRY_1_0: usize = std::mem::offset_of!(fi_cq_err_entry, err_data_size);
+
+unsafe extern "C" fn readerr(cq: *mut fid_cq, buf: *mut fi_cq_err_entry, _flags: u64) -> isize {
+    guard(EOTHER as isize, || {
+        // SAFETY: the application passes a CQ fid we made.
+        let Some(c) = (unsafe { from_fid(cq as *const fid) }) else { return negs(FI_EINVAL) };
+        if buf.is_null() {
+            return negs(FI_EINVAL);
+        }
+        let c = &c.inner;
+        let e = {
+            let mut q = c.queue.lock().unwrap_or_else(|p| p.into_inner());
+            match q.front() {
+                Some(e) if e.err.is_some() => q.pop_front().expect("front exists"),
+                _ => return EAGAIN,
+            }
+        };
+        let (err, olen) = e.err.expect("checked above");
+        let api = c.domain.api_version;
+        let entry = fi_cq_err_entry {
+            op_context: e.ctx as *mut c_void,
+            flags: e.flags,
+            len: e.len,
+            buf: e.buf as *mut c_void,
+            data: e.data,
+            tag: e.tag,
+            olen,
+            err,
+            prov_errno: err,
+            err_data: std::ptr::null_mut(),
+            err_data_size: 0,
+        };
+        // The entry's size grew with the API: 1.0 ends before
+        // err_data_size, 1.20 (and 2.x) adds the source address after it.
+        // SAFETY: the application's buffer is an fi_cq_err_entry of the
+        // API version it asked for; we write only that version's fields.
+        unsafe {
+            if api < fi_version_of(1, 5) {
+                std::ptr::copy_nonoverlapping(&entry as *const _ as *const u8, buf as *mut u8, ERR_ENTRY_1_0);
+            } else {
+                *buf = entry;
+                if api >= fi_version_of(1, 20) {
+                    let src = (buf as *mut u8).add(std::mem::size_of::<fi_cq_err_entry>()) as *mut fi_addr_t;
+                    src.write_unaligned(e.src);
+                }
+            }
+        }
+        1
+    })
+}
+
+unsafe extern "C" fn signal(cq: *mut fid_cq) -> c_int {
+    guard(EOTHER, || {
+        // SAFETY: the application passes a CQ fid we made.
+        let Some(c) = (unsafe { from_fid(cq as *const fid) }) else { return EINVAL };
+        c.inner.signaled.store(true, Ordering::Release);
+        crate::wait::wake(&c.inner);
+        0
+    })
+}
+
+unsafe extern "C" fn strerror(_cq: *mut fid_cq, prov_errno: c_int, _d: *const c_void, buf: *mut c_char, len: usize) -> *const c_char {
+    guard(std::ptr::null(), || {
+        let msg = match prov_errno {
+            FI_ENOMSG => c"no matching message (peek)",
+            FI_ECANCELED => c"canceled",
+            x if x == FI_ETRUNC as i32 => c"truncated: the message is longer than the buffer",
+            _ => c"doorbell error",
+        };
+        if !buf.is_null() && len > 0 {
+            let b = msg.to_bytes();
+            let n = b.len().min(len - 1);
+            // SAFETY: buf holds len bytes; we write n + 1 <= len.
+            unsafe {
+                std::ptr::copy_nonoverlapping(b.as_ptr(), buf as *mut u8, n);
+                *buf.add(n) = 0;
+            }
+            return buf;
+        }
+        msg.as_ptr()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_entry_layouts() {
+        assert_eq!(ERR_ENTRY_1_0, 72);
+        // 2.x puts src_addr right after the 1.17 entry.
+        assert_eq!(std::mem::size_of::<fi_cq_err_entry>(), 80);
+    }
+}

@@ -1,0 +1,967 @@
+//! RDM endpoints: one core window each.  Sends prepend the provider's
+//! header (wire.rs) and go through the core (or straight into our own
+//! endpoint for a message to ourselves); receives are matched here
+//! (matching.rs) and completed into the bound queues and counters.
+
+use crate::attr::{IOV_LIMIT, MAX_MSG, QUEUE_SIZE};
+use crate::av::{self, Av};
+use crate::cntr::{self, Cntr};
+use crate::cq::{self, Completion, Cq};
+use crate::domain::{self, DomainInner};
+use crate::matching::{Into, Kind, Matcher, Multi, Posted, Source, Want};
+use crate::stubs::{cm_ops, fid_ops_full, ATOMIC, COLLECTIVE, RMA};
+use crate::sys::*;
+use crate::util::{fi_err, guard, iov_slices, neg, negs, ours, Table, EINVAL, ENOSYS, EOTHER, FI_ADDR_ANY};
+use crate::wire::{Header, CORE_TAG, HEADER_BYTES};
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+#[repr(C)]
+pub struct EpFid {
+    pub fid: fid_ep,
+    pub inner: Arc<Ep>,
+}
+
+#[derive(Clone)]
+struct Binding {
+    cq: Arc<Cq>,
+    selective: bool,
+}
+
+#[derive(Default)]
+struct Cntrs {
+    send: Option<Arc<Cntr>>,
+    recv: Option<Arc<Cntr>>,
+}
+
+/// A posted receive's buffer: iovecs as addresses (the memory is the
+/// application's until the receive completes).
+#[derive(Clone, Debug)]
+pub struct Recv {
+    ctx: usize,
+    iov: Vec<(usize, usize)>,
+    flags: u64,
+    kind: Kind,
+}
+
+pub struct Ep {
+    pub domain: Arc<DomainInner>,
+    pub window: u32,
+    caps: u64,
+    av: RwLock<Option<Arc<Av>>>,
+    tx: RwLock<Option<Binding>>,
+    rx: RwLock<Option<Binding>>,
+    cntrs: RwLock<Cntrs>,
+    matcher: Mutex<Matcher<Recv>>,
+    tx_flags: AtomicU64,
+    rx_flags: AtomicU64,
+    enabled: AtomicBool,
+    /// The first thread that posted here, and whether another one has
+    /// since: then a sleeping read may hold a lock of the MPI's that the
+    /// other thread waits for, unseen by us (wait.rs keeps sleeps short).
+    first_thread: AtomicUsize,
+    threads: AtomicBool,
+}
+
+/// A cheap identity of the calling thread: the address of a thread-local.
+fn thread_id() -> usize {
+    thread_local!(static ME: u8 = const { 0 });
+    ME.with(|m| m as *const u8 as usize)
+}
+
+static FID_OPS: Table<fi_ops> = Table(fid_ops_full(close, bind, control));
+static EP_OPS: Table<fi_ops_ep> = Table(fi_ops_ep {
+    size: std::mem::size_of::<fi_ops_ep>(),
+    cancel: Some(cancel),
+    getopt: Some(getopt),
+    setopt: Some(setopt),
+    tx_ctx: Some(tx_ctx),
+    rx_ctx: Some(rx_ctx),
+    rx_size_left: Some(size_left),
+    tx_size_left: Some(size_left),
+});
+static CM_OPS: Table<fi_ops_cm> = Table(cm_ops(getname));
+static MSG_OPS: Table<fi_ops_msg> = Table(fi_ops_msg {
+    size: std::mem::size_of::<fi_ops_msg>(),
+    recv: Some(msg_recv),
+    recvv: Some(msg_recvv),
+    recvmsg: Some(msg_recvmsg),
+    send: Some(msg_send),
+    sendv: Some(msg_sendv),
+    sendmsg: Some(msg_sendmsg),
+    inject: Some(msg_inject),
+    senddata: Some(msg_senddata),
+    injectdata: Some(msg_injectdata),
+});
+static TAGGED_OPS: Table<fi_ops_tagged> = Table(fi_ops_tagged {
+    size: std::mem::size_of::<fi_ops_tagged>(),
+    recv: Some(t_recv),
+    recvv: Some(t_recvv),
+    recvmsg: Some(t_recvmsg),
+    send: Some(t_send),
+    sendv: Some(t_sendv),
+    sendmsg: Some(t_sendmsg),
+    inject: Some(t_inject),
+    senddata: Some(t_senddata),
+    injectdata: Some(t_injectdata),
+});
+
+/// # Safety
+/// libfabric's contract: the pointers are NULL or valid for the call.
+pub unsafe extern "C" fn open(d: *mut fid_domain, info: *mut fi_info, ep: *mut *mut fid_ep, context: *mut c_void) -> c_int {
+    guard(EOTHER, || {
+        // SAFETY: the application passes its domain's fid.
+        let Some(dom) = (unsafe { domain::from_fid(d as *const fid) }) else { return EINVAL };
+        // SAFETY: info is NULL or the application's valid fi_info.
+        let Some(i) = (unsafe { info.as_ref() }) else { return EINVAL };
+        if ep.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: the sub-structs of a valid fi_info are NULL or valid.
+        let (tx, rx, ea) = unsafe { (i.tx_attr.as_ref(), i.rx_attr.as_ref(), i.ep_attr.as_ref()) };
+        if ea.is_some_and(|e| e.type_ != FI_EP_RDM && e.type_ != FI_EP_UNSPEC) {
+            return EINVAL;
+        }
+        let core = &dom.inner.core;
+        let window = match core.open_window() {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        let caps = if i.caps == 0 { crate::attr::CAPS } else { i.caps };
+        let inner = Arc::new(Ep {
+            domain: dom.inner.clone(),
+            window,
+            caps,
+            av: RwLock::new(None),
+            tx: RwLock::new(None),
+            rx: RwLock::new(None),
+            cntrs: RwLock::new(Cntrs::default()),
+            matcher: Mutex::new(Matcher::default()),
+            tx_flags: AtomicU64::new(tx.map_or(0, |t| t.op_flags)),
+            rx_flags: AtomicU64::new(rx.map_or(0, |r| r.op_flags)),
+            enabled: AtomicBool::new(false),
+            first_thread: AtomicUsize::new(0),
+            threads: AtomicBool::new(false),
+        });
+        core.register(window, Arc::downgrade(&inner));
+        crate::debug!("endpoint open: window {window} caps {caps:#x}");
+        let f = Box::new(EpFid {
+            fid: fid_ep {
+                fid: fid { fclass: FI_CLASS_EP as usize, context, ops: FID_OPS.ptr() },
+                ops: EP_OPS.ptr(),
+                cm: CM_OPS.ptr(),
+                msg: MSG_OPS.ptr(),
+                rma: RMA.ptr(),
+                tagged: TAGGED_OPS.ptr(),
+                atomic: ATOMIC.ptr(),
+                collective: COLLECTIVE.ptr(),
+            },
+            inner,
+        });
+        // SAFETY: ep is a valid out pointer (checked above).
+        unsafe { *ep = Box::into_raw(f) as *mut fid_ep };
+        0
+    })
+}
+
+/// Our endpoint behind `f`.
+///
+/// # Safety
+/// `f` is NULL or a live fid.
+unsafe fn from_fid<'a>(f: *const fid) -> Option<&'a Ep> {
+    // SAFETY: per the contract.
+    unsafe { ours::<EpFid>(f, FID_OPS.ptr()) }.map(|e| &*e.inner)
+}
+
+unsafe extern "C" fn close(f: *mut fid) -> c_int {
+    guard(EOTHER, || {
+        // SAFETY: the application closes a fid we made.
+        let Some(ep) = (unsafe { from_fid(f) }) else { return EINVAL };
+        ep.domain.core.release_window(ep.window);
+        // SAFETY: our boxed EpFid (checked), closed once.
+        drop(unsafe { Box::from_raw(f as *mut EpFid) });
+        0
+    })
+}
+
+unsafe extern "C" fn bind(f: *mut fid, b: *mut fid, flags: u64) -> c_int {
+    guard(EOTHER, || {
+        // SAFETY: the application passes its endpoint's fid.
+        let Some(ep) = (unsafe { from_fid(f) }) else { return EINVAL };
+        // SAFETY: the application passes a live fid to bind.
+        let me = unsafe { ours::<EpFid>(f, FID_OPS.ptr()) }.expect("checked above");
+        let weak = Arc::downgrade(&me.inner);
+        // SAFETY: b is a live fid (or NULL); each check tests its ops table.
+        if let Some(a) = unsafe { av::from_fid(b) } {
+            *ep.av.write().unwrap_or_else(|p| p.into_inner()) = Some(a.inner.clone());
+            return 0;
+        }
+        // SAFETY: as above.
+        if let Some(c) = unsafe { cq::from_fid(b) } {
+            let binding = Binding { cq: c.inner.clone(), selective: flags & FI_SELECTIVE_COMPLETION != 0 };
+            if flags & FI_TRANSMIT != 0 {
+                *ep.tx.write().unwrap_or_else(|p| p.into_inner()) = Some(binding.clone());
+            }
+            if flags & FI_RECV != 0 {
+                *ep.rx.write().unwrap_or_else(|p| p.into_inner()) = Some(binding);
+            }
+            c.inner.bind(weak);
+            return 0;
+        }
+        // SAFETY: as above.
+        if let Some(c) = unsafe { cntr::from_fid(b) } {
+            let mut cs = ep.cntrs.write().unwrap_or_else(|p| p.into_inner());
+            if flags & FI_SEND != 0 {
+                cs.send = Some(c.inner.clone());
+            }
+            if flags & FI_RECV != 0 {
+                cs.recv = Some(c.inner.clone());
+            }
+            // FI_READ, FI_WRITE, FI_REMOTE_*: no such operations here, so
+            // those counters never move.
+            c.inner.bind(weak);
+            return 0;
+        }
+        EINVAL
+    })
+}
+
+unsafe extern "C" fn control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard(EOTHER, || {
+        // SAFETY: the application passes its endpoint's fid.
+        let Some(ep) = (unsafe { from_fid(f) }) else { return EINVAL };
+        match command as u32 {
+            FI_ENABLE => {
+                ep.enabled.store(true, Ordering::Release);
+                0
+            }
+            FI_GETOPSFLAG | FI_SETOPSFLAG => {
+                // SAFETY: arg points to a u64 of flags for these commands.
+                let Some(v) = (unsafe { (arg as *mut u64).as_mut() }) else { return EINVAL };
+                let target = if *v & FI_TRANSMIT != 0 { &ep.tx_flags } else { &ep.rx_flags };
+                let dirs = FI_TRANSMIT | FI_RECV;
+                if command as u32 == FI_GETOPSFLAG {
+                    *v = (*v & dirs) | target.load(Ordering::Relaxed);
+                } else {
+                    target.store(*v & !dirs, Ordering::Relaxed);
+                }
+                0
+            }
+            _ => ENOSYS,
+        }
+    })
+}
+
+unsafe extern "C" fn getname(f: fid_t, addr: *mut c_void, addrlen: *mut usize) -> c_int {
+    guard(EOTHER, || {
+        // SAFETY: the application passes its endpoint's fid.
+        let Some(ep) = (unsafe { from_fid(f) }) else { return EINVAL };
+        // SAFETY: addrlen is a valid in/out size.
+        let Some(len) = (unsafe { addrlen.as_mut() }) else { return EINVAL };
+        let a = ep.domain.core.address(ep.window);
+        let room = *len;
+        *len = a.len();
+        if room < a.len() || addr.is_null() {
+            return neg(FI_ETOOSMALL as i32);
+        }
+        // SAFETY: addr holds room >= a.len() bytes.
+        unsafe { std::ptr::copy_nonoverlapping(a.as_ptr(), addr as *mut u8, a.len()) };
+        0
+    })
+}
+
+unsafe extern "C" fn cancel(f: fid_t, context: *mut c_void) -> isize {
+    guard(EOTHER as isize, || {
+        // SAFETY: the application passes its endpoint's fid.
+        let Some(ep) = (unsafe { from_fid(f) }) else { return negs(FI_EINVAL) };
+        let Some(p) = ep.matcher.lock().unwrap_or_else(|p| p.into_inner()).cancel(context as usize) else {
+            return negs(FI_ENOENT);
+        };
+        let mut c = Completion::ok(p.r.ctx, FI_RECV | kind_flag(p.r.kind) | multi_flag(&p));
+        c.err = Some((FI_ECANCELED, 0));
+        ep.push_rx(c, true);
+        ep.wake_rx();
+        0
+    })
+}
+
+fn multi_flag(p: &Posted<Recv>) -> u64 {
+    if p.multi.is_some() {
+        FI_MULTI_RECV
+    } else {
+        0
+    }
+}
+
+unsafe extern "C" fn getopt(f: fid_t, level: c_int, name: c_int, val: *mut c_void, len: *mut usize) -> c_int {
+    guard(EOTHER, || {
+        // SAFETY: the application passes its endpoint's fid.
+        let Some(ep) = (unsafe { from_fid(f) }) else { return EINVAL };
+        if level as u32 != FI_OPT_ENDPOINT || name as u32 != FI_OPT_MIN_MULTI_RECV {
+            return neg(FI_ENOPROTOOPT);
+        }
+        // SAFETY: len is a valid in/out size.
+        let Some(l) = (unsafe { len.as_mut() }) else { return EINVAL };
+        if *l < std::mem::size_of::<usize>() || val.is_null() {
+            return neg(FI_ETOOSMALL as i32);
+        }
+        let v = ep.matcher.lock().unwrap_or_else(|p| p.into_inner()).min_multi;
+        // SAFETY: val holds a size_t (checked).
+        unsafe { (val as *mut usize).write_unaligned(v) };
+        *l = std::mem::size_of::<usize>();
+        0
+    })
+}
+
+unsafe extern "C" fn setopt(f: fid_t, level: c_int, name: c_int, val: *const c_void, len: usize) -> c_int {
+    guard(EOTHER, || {
+        // SAFETY: the application passes its endpoint's fid.
+        let Some(ep) = (unsafe { from_fid(f) }) else { return EINVAL };
+        if level as u32 != FI_OPT_ENDPOINT || name as u32 != FI_OPT_MIN_MULTI_RECV {
+            return neg(FI_ENOPROTOOPT);
+        }
+        if len < std::mem::size_of::<usize>() || val.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: val holds a size_t (checked).
+        let v = unsafe { (val as *const usize).read_unaligned() };
+        ep.matcher.lock().unwrap_or_else(|p| p.into_inner()).min_multi = v;
+        0
+    })
+}
+
+unsafe extern "C" fn tx_ctx(_: *mut fid_ep, _: c_int, _: *mut fi_tx_attr, _: *mut *mut fid_ep, _: *mut c_void) -> c_int {
+    ENOSYS
+}
+unsafe extern "C" fn rx_ctx(_: *mut fid_ep, _: c_int, _: *mut fi_rx_attr, _: *mut *mut fid_ep, _: *mut c_void) -> c_int {
+    ENOSYS
+}
+unsafe extern "C" fn size_left(_: *mut fid_ep) -> isize {
+    QUEUE_SIZE as isize
+}
+
+fn kind_flag(k: Kind) -> u64 {
+    match k {
+        Kind::Msg => FI_MSG,
+        Kind::Tagged => FI_TAGGED,
+    }
+}
+
+impl Ep {
+    /// Note a post (a peek is not one: it polls, as a read does), and
+    /// the posting thread.
+    fn seen_thread(&self, post: bool) {
+        if post {
+            self.domain.core.posted();
+        }
+        if self.threads.load(Ordering::Relaxed) {
+            return;
+        }
+        let me = thread_id();
+        match self.first_thread.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => {}
+            Err(first) if first == me => {}
+            Err(_) => {
+                crate::debug!("window {}: a second thread posts: sleeps kept short", self.window);
+                self.threads.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Does a tagged receive wait here?  Then the MPI may wait for us.
+    pub fn awaits_tagged(&self) -> bool {
+        self.matcher.lock().unwrap_or_else(|p| p.into_inner()).posted_of(Kind::Tagged) > 0
+    }
+
+    /// Has more than one thread posted on this endpoint?
+    pub fn shared_by_threads(&self) -> bool {
+        self.threads.load(Ordering::Relaxed)
+    }
+
+    /// One progress pass over our window: deliver what the core has.
+    pub fn progress(&self) {
+        let core = &self.domain.core;
+        if !core.ep.may_have_work(self.window).unwrap_or(true) {
+            return;
+        }
+        match core.ep.progress(self.window, &mut |task, tag, bytes| self.deliver(task, tag, bytes)) {
+            Ok(w) => self.woke(w),
+            Err(e) => crate::debug!("progress: {e}"),
+        }
+    }
+
+    /// A peer that died fails the receives that wait for it alone
+    /// (FI_EIO): nothing else will complete them.
+    fn woke(&self, w: doorbell::Woke) {
+        let doorbell::Woke::PeerLost(task) = w else { return };
+        crate::debug!("window {}: task {task} lost", self.window);
+        let gone = self.matcher.lock().unwrap_or_else(|p| p.into_inner()).drop_directed_at(task);
+        for p in gone {
+            let mut c = Completion::ok(p.r.ctx, FI_RECV | kind_flag(p.r.kind) | multi_flag(&p));
+            c.err = Some((FI_EIO, 0));
+            self.push_rx(c, true);
+        }
+    }
+
+    /// Sleep on our window's bell for at most `d`, delivering what comes.
+    pub fn sleep(&self, d: Duration) {
+        let core = &self.domain.core;
+        let mode = Some(doorbell::WaitMode::Block);
+        match core.ep.wait(self.window, mode, Some(d), &mut |task, tag, bytes| self.deliver(task, tag, bytes)) {
+            Ok(w) => self.woke(w),
+            Err(e) => {
+                crate::debug!("wait: {e}");
+                std::thread::sleep(d.min(Duration::from_millis(1)));
+            }
+        }
+    }
+
+    /// End a sleep on our window (no syscall if nobody sleeps).
+    pub fn wake(&self) {
+        let core = &self.domain.core;
+        let _ = core.ep.local_notify(core.task, self.window);
+    }
+
+    fn deliver(&self, task: u32, tag: u8, bytes: &[u8]) {
+        if tag != CORE_TAG {
+            return;
+        }
+        match Header::decode(bytes) {
+            Some((h, payload)) => self.arrive(Source { task, window: h.src_window }, h, payload),
+            None => crate::debug!("dropped a malformed message from task {task}"),
+        }
+    }
+
+    /// A message for this endpoint, from the core or from ourselves.
+    fn arrive(&self, src: Source, h: Header, payload: &[u8]) {
+        let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
+        let a = m.arrive(h.kind, src, h.tag, h.data, payload);
+        // Completed under the lock: a multi-receive buffer's release must
+        // follow the messages placed in it.
+        if let Some(r) = a.released {
+            self.release_multi(&r);
+        }
+        match a.into {
+            None => {}
+            Some(Into::One(r)) => self.complete_recv(&r, src, &h, payload, None),
+            Some(Into::Multi { r, offset, last }) => self.complete_recv(&r, src, &h, payload, Some((offset, last))),
+        }
+    }
+
+    /// A multi-receive buffer leaves with no message in this completion.
+    fn release_multi(&self, r: &Recv) {
+        let c = Completion::ok(r.ctx, FI_RECV | FI_MSG | FI_MULTI_RECV);
+        self.push_rx(c, true);
+    }
+
+    /// Copy a message into its receive and complete it.
+    fn complete_recv(&self, r: &Recv, src: Source, h: &Header, payload: &[u8], multi: Option<(usize, bool)>) {
+        let (copied, buf) = match multi {
+            Some((offset, _)) => {
+                let (base, cap) = r.iov.first().copied().unwrap_or((0, 0));
+                let n = payload.len().min(cap.saturating_sub(offset));
+                if n > 0 {
+                    // SAFETY: the multi-receive buffer [base, base + cap) is
+                    // the application's until released; the matcher gave
+                    // this message [offset, offset + n) alone.
+                    unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), (base + offset) as *mut u8, n) };
+                }
+                (n, base + offset)
+            }
+            None => (scatter(&r.iov, payload), r.iov.first().map_or(0, |e| e.0)),
+        };
+        let last = multi.is_some_and(|(_, l)| l);
+        let mut flags = FI_RECV | kind_flag(h.kind) | if last { FI_MULTI_RECV } else { 0 };
+        if h.data.is_some() {
+            flags |= FI_REMOTE_CQ_DATA;
+        }
+        let truncated = payload.len() - copied;
+        let c = Completion {
+            ctx: r.ctx,
+            flags,
+            len: copied,
+            buf,
+            data: h.data.unwrap_or(0),
+            tag: if h.kind == Kind::Tagged { h.tag } else { 0 },
+            src: self.addr_of(src),
+            err: (truncated > 0).then_some((FI_ETRUNC as i32, truncated)),
+        };
+        let wanted = r.flags & FI_COMPLETION != 0 || last;
+        self.push_rx(c, wanted);
+    }
+
+    fn addr_of(&self, src: Source) -> fi_addr_t {
+        match &*self.av.read().unwrap_or_else(|p| p.into_inner()) {
+            Some(av) => av.addr_of(src),
+            None => crate::util::FI_ADDR_NONE,
+        }
+    }
+
+    /// Report a receive-side completion: errors always; successes if the
+    /// queue is not selective or the operation asked (`wanted`).
+    /// A read of our receive queue sleeping in another thread sees what a
+    /// post just completed.
+    fn wake_rx(&self) {
+        if let Some(b) = &*self.rx.read().unwrap_or_else(|p| p.into_inner()) {
+            crate::wait::wake(&b.cq);
+        }
+    }
+
+    fn push_rx(&self, c: Completion, wanted: bool) {
+        let cntr = self.cntrs.read().unwrap_or_else(|p| p.into_inner()).recv.clone();
+        if let Some(k) = cntr {
+            k.bump(c.err.is_some());
+        }
+        let b = self.rx.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(b) = b {
+            if c.err.is_some() || !b.selective || wanted {
+                b.cq.push(c);
+            }
+        }
+    }
+
+    fn push_tx(&self, c: Completion, wanted: bool) {
+        let cntr = self.cntrs.read().unwrap_or_else(|p| p.into_inner()).send.clone();
+        if let Some(k) = cntr {
+            k.bump(c.err.is_some());
+        }
+        let b = self.tx.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(b) = b {
+            if c.err.is_some() || !b.selective || wanted {
+                b.cq.push(c);
+            }
+        }
+    }
+
+    fn source_of(&self, addr: fi_addr_t) -> Option<Source> {
+        self.av.read().unwrap_or_else(|p| p.into_inner()).as_ref()?.source_of(addr)
+    }
+
+    /// Send one message.  `flags` decide the completion (FI_COMPLETION
+    /// under selective completion); an inject never completes.
+    #[allow(clippy::too_many_arguments)]
+    fn send(&self, kind: Kind, parts: &[&[u8]], dest: fi_addr_t, tag: u64, data: Option<u64>, ctx: usize, flags: u64, inject: bool) -> isize {
+        self.seen_thread(true);
+        let Some(to) = self.source_of(dest) else { return negs(FI_EINVAL) };
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > MAX_MSG {
+            return negs(FI_EMSGSIZE);
+        }
+        let h = Header { kind, src_window: self.window, tag, data };
+        let core = &self.domain.core;
+        if to.task == core.task {
+            let Some(target) = core.local_ep(to.window) else { return negs(FI_EINVAL) };
+            let payload: Vec<u8> = parts.concat();
+            target.arrive(Source { task: core.task, window: self.window }, h, &payload);
+            target.wake_rx();
+        } else {
+            let head = h.encode();
+            let r = match parts {
+                [one] => core.ep.send_small(to.task, to.window, CORE_TAG, &head, one),
+                _ => {
+                    let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+                    all.push(&head);
+                    all.extend_from_slice(parts);
+                    core.ep.send(to.task, to.window, CORE_TAG, &all)
+                }
+            };
+            if let Err(e) = r {
+                if e != doorbell::Error::WouldBlock {
+                    crate::debug!("send to task {}: {e}", to.task);
+                }
+                return fi_err(e) as isize;
+            }
+        }
+        if !inject {
+            self.push_tx(Completion::ok(ctx, FI_SEND | kind_flag(kind)), flags & FI_COMPLETION != 0);
+        } else if let Some(k) = self.cntrs.read().unwrap_or_else(|p| p.into_inner()).send.clone() {
+            k.bump(false);
+        }
+        0
+    }
+
+    /// Post a receive (or peek, or take a claimed message).
+    #[allow(clippy::too_many_arguments)]
+    fn recv(&self, kind: Kind, iov: Vec<(usize, usize)>, src: fi_addr_t, tag: u64, ignore: u64, ctx: usize, flags: u64) -> isize {
+        self.seen_thread(flags & FI_PEEK == 0);
+        let want_src = if src == FI_ADDR_ANY || self.caps & FI_DIRECTED_RECV == 0 {
+            None
+        } else {
+            match self.source_of(src) {
+                Some(s) => Some(s),
+                None => return negs(FI_EINVAL),
+            }
+        };
+        let want = Want { src: want_src, tag, ignore: if kind == Kind::Msg { u64::MAX } else { ignore } };
+        let r = Recv { ctx, iov, flags, kind };
+        if flags & FI_PEEK != 0 {
+            return self.peek(kind, want, r, flags);
+        }
+        if flags & FI_CLAIM != 0 {
+            return self.take_claimed(r, flags);
+        }
+        let multi = (flags & FI_MULTI_RECV != 0).then(|| Multi { cap: r.iov.first().map_or(0, |e| e.1), used: 0 });
+        if multi.is_some() && (kind != Kind::Msg || r.iov.len() != 1) {
+            return negs(FI_EINVAL);
+        }
+        let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
+        let p = m.post(kind, Posted { want, ctx, multi, r });
+        for (into, u) in p.placed {
+            let h = Header { kind, src_window: u.src.window, tag: u.tag, data: u.data };
+            match into {
+                Into::One(r) => self.complete_recv(&r, u.src, &h, &u.payload, None),
+                Into::Multi { r, offset, last } => self.complete_recv(&r, u.src, &h, &u.payload, Some((offset, last))),
+            }
+        }
+        if let Some(r) = p.released {
+            self.release_multi(&r);
+        }
+        drop(m);
+        self.wake_rx();
+        0
+    }
+
+    /// FI_PEEK (with FI_CLAIM or FI_DISCARD): report the first matching
+    /// unexpected message, or FI_ENOMSG.
+    fn peek(&self, kind: Kind, want: Want, r: Recv, flags: u64) -> isize {
+        let look = || {
+            // What has arrived by now should be seen.
+            self.progress();
+            let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
+            if flags & FI_DISCARD != 0 {
+                m.discard(kind, want)
+            } else {
+                m.peek(kind, want, (flags & FI_CLAIM != 0).then_some(r.ctx))
+            }
+        };
+        let entered = crate::wait::now_ns();
+        let mut found = look();
+        if found.is_none() {
+            // A blocking probe is a loop of peeks: a miss is an empty
+            // read, and may sleep as one does.
+            let rx = self.rx.read().unwrap_or_else(|p| p.into_inner()).clone();
+            if rx.is_some_and(|b| crate::wait::maybe_sleep(&b.cq, entered, true)) {
+                found = look();
+            }
+        }
+        let mut c = Completion::ok(r.ctx, FI_RECV | kind_flag(kind));
+        match found {
+            Some(p) => {
+                c.len = p.len;
+                c.tag = p.tag;
+                c.data = p.data.unwrap_or(0);
+                if p.data.is_some() {
+                    c.flags |= FI_REMOTE_CQ_DATA;
+                }
+                c.src = self.addr_of(p.src);
+            }
+            None => c.err = Some((FI_ENOMSG, 0)),
+        }
+        self.push_rx(c, true);
+        self.wake_rx();
+        0
+    }
+
+    /// FI_CLAIM: receive (or with FI_DISCARD drop) the message a peek claimed.
+    fn take_claimed(&self, r: Recv, flags: u64) -> isize {
+        let Some(u) = self.matcher.lock().unwrap_or_else(|p| p.into_inner()).take_claimed(r.ctx) else {
+            return negs(FI_EINVAL);
+        };
+        let h = Header { kind: r.kind, src_window: u.src.window, tag: u.tag, data: u.data };
+        if flags & FI_DISCARD != 0 {
+            let mut c = Completion::ok(r.ctx, FI_RECV | kind_flag(r.kind));
+            c.tag = u.tag;
+            self.push_rx(c, true);
+            return 0;
+        }
+        self.complete_recv(&Recv { flags: flags | FI_COMPLETION, ..r.clone() }, u.src, &h, &u.payload, None);
+        0
+    }
+}
+
+/// Copy `payload` into the iovecs; the bytes copied.
+fn scatter(iov: &[(usize, usize)], payload: &[u8]) -> usize {
+    let mut done = 0;
+    for &(base, len) in iov {
+        let n = len.min(payload.len() - done);
+        if n == 0 {
+            break;
+        }
+        // SAFETY: each iovec is the application's writable buffer, posted
+        // with this receive and untouched by anyone else until it completes.
+        unsafe { std::ptr::copy_nonoverlapping(payload[done..].as_ptr(), base as *mut u8, n) };
+        done += n;
+    }
+    done
+}
+
+/// # Safety
+/// `ep` is NULL or a live fid.
+unsafe fn with(ep: *mut fid_ep, f: impl FnOnce(&Ep) -> isize) -> isize {
+    // SAFETY: per the contract.
+    match unsafe { from_fid(ep as *const fid) } {
+        Some(e) => guard(EOTHER as isize, || f(e)),
+        None => negs(FI_EINVAL),
+    }
+}
+
+/// The iovecs of a receive as addresses.
+///
+/// # Safety
+/// `iov` points to `count` valid iovecs (or count is 0).
+unsafe fn recv_iov(iov: *const iovec, count: usize) -> Option<Vec<(usize, usize)>> {
+    if count > IOV_LIMIT || (count > 0 && iov.is_null()) {
+        return None;
+    }
+    if count == 0 {
+        return Some(Vec::new());
+    }
+    // SAFETY: per the contract.
+    let v = unsafe { std::slice::from_raw_parts(iov, count) };
+    Some(v.iter().map(|e| (e.iov_base as usize, e.iov_len)).collect())
+}
+
+fn one(buf: *const c_void, len: usize) -> Vec<(usize, usize)> {
+    if len == 0 {
+        Vec::new()
+    } else {
+        vec![(buf as usize, len)]
+    }
+}
+
+/// The bytes of one send buffer.
+///
+/// # Safety
+/// `buf` holds `len` readable bytes (or len is 0).
+unsafe fn bytes<'a>(buf: *const c_void, len: usize) -> Option<&'a [u8]> {
+    if len == 0 {
+        return Some(&[]);
+    }
+    if buf.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract.
+    Some(unsafe { std::slice::from_raw_parts(buf as *const u8, len) })
+}
+
+macro_rules! send_one {
+    ($ep:expr, $kind:expr, $buf:expr, $len:expr, $dest:expr, $tag:expr, $data:expr, $ctx:expr, $inject:expr) => {
+        // SAFETY: the application's endpoint and send buffer of len bytes.
+        unsafe {
+            with($ep, |e| match bytes($buf, $len) {
+                Some(b) => {
+                    let flags = e.tx_flags.load(Ordering::Relaxed);
+                    e.send($kind, &[b], $dest, $tag, $data, $ctx as usize, flags, $inject)
+                }
+                None => negs(FI_EINVAL),
+            })
+        }
+    };
+}
+
+macro_rules! send_iov {
+    ($ep:expr, $kind:expr, $iov:expr, $count:expr, $dest:expr, $tag:expr, $data:expr, $ctx:expr, $flags:expr) => {
+        // SAFETY: the application's endpoint and count readable iovecs.
+        unsafe {
+            with($ep, |e| {
+                if $count > IOV_LIMIT {
+                    return negs(FI_EINVAL);
+                }
+                match iov_slices($iov, $count) {
+                    Some(parts) => {
+                        let flags = $flags.unwrap_or_else(|| e.tx_flags.load(Ordering::Relaxed));
+                        e.send($kind, &parts, $dest, $tag, $data, $ctx as usize, flags, false)
+                    }
+                    None => negs(FI_EINVAL),
+                }
+            })
+        }
+    };
+}
+
+// ---- untagged (fi_ops_msg) ----
+
+unsafe extern "C" fn msg_recv(ep: *mut fid_ep, buf: *mut c_void, len: usize, _d: *mut c_void, src: fi_addr_t, ctx: *mut c_void) -> isize {
+    // SAFETY: the application's endpoint; buf is its receive buffer.
+    unsafe { with(ep, |e| e.recv(Kind::Msg, one(buf, len), src, 0, 0, ctx as usize, e.rx_flags.load(Ordering::Relaxed))) }
+}
+
+unsafe extern "C" fn msg_recvv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _d: *mut *mut c_void,
+    count: usize,
+    src: fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: the application's endpoint and count iovecs.
+    unsafe {
+        with(ep, |e| match recv_iov(iov, count) {
+            Some(v) => e.recv(Kind::Msg, v, src, 0, 0, ctx as usize, e.rx_flags.load(Ordering::Relaxed)),
+            None => negs(FI_EINVAL),
+        })
+    }
+}
+
+unsafe extern "C" fn msg_recvmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64) -> isize {
+    // SAFETY: the application's endpoint and message description.
+    unsafe {
+        with(ep, |e| {
+            let Some(m) = msg.as_ref() else { return negs(FI_EINVAL) };
+            match recv_iov(m.msg_iov, m.iov_count) {
+                Some(v) => e.recv(Kind::Msg, v, m.addr, 0, 0, m.context as usize, flags),
+                None => negs(FI_EINVAL),
+            }
+        })
+    }
+}
+
+unsafe extern "C" fn msg_send(ep: *mut fid_ep, buf: *const c_void, len: usize, _d: *mut c_void, dest: fi_addr_t, ctx: *mut c_void) -> isize {
+    send_one!(ep, Kind::Msg, buf, len, dest, 0, None, ctx, false)
+}
+
+unsafe extern "C" fn msg_sendv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _d: *mut *mut c_void,
+    count: usize,
+    dest: fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    send_iov!(ep, Kind::Msg, iov, count, dest, 0, None, ctx, None::<u64>)
+}
+
+unsafe extern "C" fn msg_sendmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64) -> isize {
+    // SAFETY: msg is the application's valid message description.
+    let Some(m) = (unsafe { msg.as_ref() }) else { return negs(FI_EINVAL) };
+    let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
+    send_iov!(ep, Kind::Msg, m.msg_iov, m.iov_count, m.addr, 0, data, m.context, Some(flags))
+}
+
+unsafe extern "C" fn msg_inject(ep: *mut fid_ep, buf: *const c_void, len: usize, dest: fi_addr_t) -> isize {
+    send_one!(ep, Kind::Msg, buf, len, dest, 0, None, 0usize, true)
+}
+
+unsafe extern "C" fn msg_senddata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _d: *mut c_void,
+    data: u64,
+    dest: fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    send_one!(ep, Kind::Msg, buf, len, dest, 0, Some(data), ctx, false)
+}
+
+unsafe extern "C" fn msg_injectdata(ep: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: fi_addr_t) -> isize {
+    send_one!(ep, Kind::Msg, buf, len, dest, 0, Some(data), 0usize, true)
+}
+
+// ---- tagged (fi_ops_tagged) ----
+
+unsafe extern "C" fn t_recv(
+    ep: *mut fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _d: *mut c_void,
+    src: fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: the application's endpoint; buf is its receive buffer.
+    unsafe { with(ep, |e| e.recv(Kind::Tagged, one(buf, len), src, tag, ignore, ctx as usize, e.rx_flags.load(Ordering::Relaxed))) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn t_recvv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _d: *mut *mut c_void,
+    count: usize,
+    src: fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: the application's endpoint and count iovecs.
+    unsafe {
+        with(ep, |e| match recv_iov(iov, count) {
+            Some(v) => e.recv(Kind::Tagged, v, src, tag, ignore, ctx as usize, e.rx_flags.load(Ordering::Relaxed)),
+            None => negs(FI_EINVAL),
+        })
+    }
+}
+
+unsafe extern "C" fn t_recvmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags: u64) -> isize {
+    // SAFETY: the application's endpoint and message description.
+    unsafe {
+        with(ep, |e| {
+            let Some(m) = msg.as_ref() else { return negs(FI_EINVAL) };
+            match recv_iov(m.msg_iov, m.iov_count) {
+                Some(v) => e.recv(Kind::Tagged, v, m.addr, m.tag, m.ignore, m.context as usize, flags),
+                None => negs(FI_EINVAL),
+            }
+        })
+    }
+}
+
+unsafe extern "C" fn t_send(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _d: *mut c_void,
+    dest: fi_addr_t,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    send_one!(ep, Kind::Tagged, buf, len, dest, tag, None, ctx, false)
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn t_sendv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _d: *mut *mut c_void,
+    count: usize,
+    dest: fi_addr_t,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    send_iov!(ep, Kind::Tagged, iov, count, dest, tag, None, ctx, None::<u64>)
+}
+
+unsafe extern "C" fn t_sendmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags: u64) -> isize {
+    // SAFETY: msg is the application's valid message description.
+    let Some(m) = (unsafe { msg.as_ref() }) else { return negs(FI_EINVAL) };
+    let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
+    send_iov!(ep, Kind::Tagged, m.msg_iov, m.iov_count, m.addr, m.tag, data, m.context, Some(flags))
+}
+
+unsafe extern "C" fn t_inject(ep: *mut fid_ep, buf: *const c_void, len: usize, dest: fi_addr_t, tag: u64) -> isize {
+    send_one!(ep, Kind::Tagged, buf, len, dest, tag, None, 0usize, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn t_senddata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _d: *mut c_void,
+    data: u64,
+    dest: fi_addr_t,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    send_one!(ep, Kind::Tagged, buf, len, dest, tag, Some(data), ctx, false)
+}
+
+unsafe extern "C" fn t_injectdata(ep: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: fi_addr_t, tag: u64) -> isize {
+    send_one!(ep, Kind::Tagged, buf, len, dest, tag, Some(data), 0usize, true)
+}
+
+#[allow(dead_code)]
+const _HEADER_FITS: () = assert!(HEADER_BYTES + MAX_MSG <= 1 << 30);

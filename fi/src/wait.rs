@@ -1,0 +1,394 @@
+//! When fi_cq_read sleeps.
+//!
+//! The MPIs never ask for a wait object: a rank blocked in MPI_Recv calls
+//! fi_cq_read in a loop.  So the read decides (`Idle`).  It sleeps only
+//! while its caller does nothing but poll: after `spin_us` of empty reads
+//! its thread must have used almost no CPU between them.  A caller that
+//! computes between reads (an MPI_Test loop) is never put to sleep; one
+//! that yields the CPU between reads (an idle MPI on a crowded node) is.
+//! A sleep waits on the endpoint's bell (core `wait`): any message, TCP
+//! or shared memory, ends it at once; the bound (`sleep_min_us`, doubling
+//! up to `sleep_max_us` while nothing comes) only limits how long work
+//! that is not ours (another transport or thread of the MPI, a progress
+//! hook) can be kept waiting.
+
+use crate::cq::Cq;
+use crate::ep::Ep;
+use crate::params::{Settings, WaitPolicy};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The caller is idle if, between our empty reads, its thread used less
+/// CPU than this per read: it only polls (or yields, or was preempted).
+const GAP_NS: u64 = 5_000;
+/// After a sleep, the caller is still idle if its thread used less CPU
+/// than this until the next read.
+const CPU_GAP_NS: u64 = 10_000;
+/// The CPU an empty read is taken to use at most.  Its wall time can be
+/// far longer (preempted inside it); counting that as the read's would
+/// hide the caller's own work between reads.
+const READ_CPU_NS: u64 = 3_000;
+
+/// Monotonic nanoseconds since the first call.
+pub fn now_ns() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// CPU time of the calling thread, in nanoseconds (a system call: read
+/// twice per spin window and once per read after a sleep, never per poll).
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: t is a valid timespec to write; the clock id is a constant.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// A cheap identity of the calling thread.
+fn thread_id() -> usize {
+    thread_local!(static ME: u8 = const { 0 });
+    ME.with(|m| m as *const u8 as usize)
+}
+
+fn this_thread() -> (usize, u64) {
+    (thread_id(), thread_cpu_ns())
+}
+
+/// A spin window: empty reads on one thread since its CPU time was
+/// `cpu0` (None for its first `spin_ns`: a window that a find ends soon,
+/// as in a ping-pong, costs no clock system call).
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    thread: usize,
+    cpu0: Option<u64>,
+    reads: u64,
+    /// CPU spent inside those reads (estimated: wall time, each read's
+    /// capped at READ_CPU_NS).
+    in_reads: u64,
+    /// When to look at the CPU clock next.
+    check_at: u64,
+}
+
+/// A queue's recent reads.
+///
+/// Spinning: after `spin_ns` of empty reads, the reading thread's CPU time
+/// tells whether its caller did anything between them.  Less than
+/// `GAP_NS` per read (it only polls, or yields the CPU as an idle MPI
+/// does on a crowded node): sleep.  More (a compute loop around MPI_Test):
+/// keep polling, never sleep there.  A window the thread spent mostly off
+/// the CPU (preempted) proves nothing yet: it is extended until the
+/// thread has polled for half of `spin_ns` of its own CPU time.  Sleeping: after a sleep, the next
+/// empty read sleeps again unless the thread used CPU in between.
+/// Anything found, and any operation posted, returns to spinning.
+#[derive(Debug)]
+pub struct Idle {
+    policy: WaitPolicy,
+    spin_ns: u64,
+    pub min_us: u64,
+    max_us: u64,
+    spinning: Option<Window>,
+    /// Sleeping phase: the thread and its CPU time when its sleep ended.
+    asleep: Option<(usize, u64)>,
+    /// The bound of the next sleep.
+    sleep_us: u64,
+    /// The endpoints' post count when last seen.
+    posts: u64,
+    /// Sleeps taken (for the debug trace).
+    pub sleeps: u64,
+}
+
+impl Idle {
+    pub fn new(s: &Settings) -> Idle {
+        Idle {
+            policy: s.wait,
+            spin_ns: s.spin_us * 1000,
+            min_us: s.sleep_min_us,
+            max_us: s.sleep_max_us,
+            spinning: None,
+            asleep: None,
+            sleep_us: s.sleep_min_us,
+            posts: 0,
+            sleeps: 0,
+        }
+    }
+
+    /// A read found something.
+    pub fn found(&mut self) {
+        self.spinning = None;
+        self.asleep = None;
+        self.sleep_us = self.min_us;
+    }
+
+    /// An empty read that began at `entered` and decides at `now`, with
+    /// the endpoints' post count and a way to read the thread's (identity,
+    /// CPU time): the bound to sleep for, if it should sleep.
+    pub fn empty(&mut self, entered: u64, now: u64, posts: u64, cpu: impl Fn() -> (usize, u64)) -> Option<Duration> {
+        if posts != self.posts {
+            self.posts = posts;
+            self.found();
+        }
+        let sleep = match self.policy {
+            WaitPolicy::Poll => false,
+            WaitPolicy::Block => true,
+            WaitPolicy::Adaptive => self.adaptive(entered, now, cpu),
+        };
+        if !sleep {
+            return None;
+        }
+        let d = Duration::from_micros(self.sleep_us);
+        self.sleep_us = (self.sleep_us * 2).min(self.max_us);
+        Some(d)
+    }
+
+    fn adaptive(&mut self, entered: u64, now: u64, cpu: impl Fn() -> (usize, u64)) -> bool {
+        if let Some((thread, at)) = self.asleep.take() {
+            let (me, c) = cpu();
+            if me == thread && c.saturating_sub(at) <= CPU_GAP_NS {
+                return true;
+            }
+            self.sleep_us = self.min_us;
+            self.spinning = Some(self.measured(now, me, c));
+            return false;
+        }
+        let w = self.spinning.unwrap_or(Window { thread: 0, cpu0: None, reads: 0, in_reads: 0, check_at: now + self.spin_ns });
+        let mut w = Window { reads: w.reads + 1, in_reads: w.in_reads + now.saturating_sub(entered).min(READ_CPU_NS), ..w };
+        self.spinning = Some(w);
+        if now < w.check_at {
+            return false;
+        }
+        let (me, c) = cpu();
+        let Some(cpu0) = w.cpu0.filter(|_| me == w.thread) else {
+            // The first spin_ns passed: from now on, measure.
+            self.spinning = Some(self.measured(now, me, c));
+            return false;
+        };
+        let used = c.saturating_sub(cpu0);
+        if used < self.spin_ns / 2 {
+            w.check_at = now + self.spin_ns / 2;
+            self.spinning = Some(w);
+            return false;
+        }
+        if used.saturating_sub(w.in_reads) <= w.reads * GAP_NS {
+            self.spinning = None;
+            return true;
+        }
+        self.spinning = Some(self.measured(now, me, c));
+        false
+    }
+
+    /// A window that measures from now (`spin_ns / 2` of it).
+    fn measured(&self, now: u64, thread: usize, cpu0: u64) -> Window {
+        Window { thread, cpu0: Some(cpu0), reads: 0, in_reads: 0, check_at: now + self.spin_ns / 2 }
+    }
+
+    /// The read that slept returns now, on this thread at this CPU time.
+    pub fn slept(&mut self, thread: usize, cpu: u64) {
+        self.sleeps += 1;
+        self.asleep = Some((thread, cpu));
+    }
+}
+
+/// An empty fi_cq_read (or, `peeking`, a peek that missed): sleep if
+/// the policy says so.  True if it slept (the caller reads again).
+///
+/// Adaptive sleeps only while a tagged receive (or the peek) waits: the
+/// MPI then waits for a message of ours.  Without one, what it polls for
+/// is its own work (an RMA epoch on a SELF window, a progress hook),
+/// which can take a little CPU between reads, as little as a loop that
+/// only polls: no clock tells the two apart, so it is never slept on.
+pub fn maybe_sleep(cq: &Cq, entered: u64, peeking: bool) -> bool {
+    let core = &cq.domain.core;
+    let policy = core.settings.wait;
+    if policy == WaitPolicy::Poll {
+        return false;
+    }
+    let (d, shortest) = {
+        let mut idle = cq.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(d) = idle.empty(entered, now_ns(), core.posts(), this_thread) else { return false };
+        (d, Duration::from_micros(idle.min_us))
+    };
+    let eps = cq.eps();
+    if eps.is_empty() || (policy == WaitPolicy::Adaptive && !peeking && !eps.iter().any(|e| e.awaits_tagged())) {
+        return false;
+    }
+    // Another thread of the MPI may wait for a lock this read's caller
+    // holds: it cannot ring our bell, so only the bound ends its wait.
+    let threads = eps.iter().any(|e| e.shared_by_threads()) || core.threads_grew(now_ns());
+    let d = if threads { d.min(shortest) } else { d };
+    cq.sleeping.fetch_add(1, Ordering::AcqRel);
+    sleep_eps(&eps, d);
+    cq.sleeping.fetch_sub(1, Ordering::AcqRel);
+    cq.idle.lock().unwrap_or_else(|p| p.into_inner()).slept(thread_id(), thread_cpu_ns());
+    true
+}
+
+/// Sleep on the first endpoint's bell for at most `d` (fi_cq_sread).
+pub fn sleep_on(cq: &Cq, d: Duration) {
+    let eps = cq.eps();
+    if eps.is_empty() {
+        std::thread::sleep(d.min(Duration::from_millis(1)));
+        return;
+    }
+    cq.sleeping.fetch_add(1, Ordering::AcqRel);
+    sleep_eps(&eps, d);
+    cq.sleeping.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Sleep on an endpoint's bell until a message or `d`.  With several
+/// endpoints the others are only polled: the bound is kept short.
+pub fn sleep_eps(eps: &[Arc<Ep>], d: Duration) {
+    let d = if eps.len() > 1 { d.min(Duration::from_micros(200)) } else { d };
+    eps[0].sleep(d);
+}
+
+/// Wake a read sleeping on this queue's endpoints (after a completion
+/// was pushed from outside a progress pass, or fi_cq_signal).
+pub fn wake(cq: &Cq) {
+    if cq.sleeping.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    for ep in cq.eps() {
+        ep.wake();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn idle(policy: WaitPolicy) -> Idle {
+        let s = crate::params::Settings {
+            wait: policy,
+            spin_us: 100,
+            sleep_min_us: 1000,
+            sleep_max_us: 4000,
+            job: None,
+            task: None,
+            node: None,
+            if_include: String::new(),
+            if_exclude: String::new(),
+            force_tcp: false,
+            shm_dir: None,
+        };
+        Idle::new(&s)
+    }
+
+    use std::cell::Cell;
+
+    /// A thread whose CPU clock the test sets.
+    fn clock(c: &Cell<u64>) -> impl Fn() -> (usize, u64) + '_ {
+        move || (1, c.get())
+    }
+
+    #[test]
+    fn adaptive_sleeps_after_a_window_of_pure_polling() {
+        let mut i = idle(WaitPolicy::Adaptive);
+        let cpu = Cell::new(0);
+        let mut t = 1_000_000_000;
+        // Reads 1 us apart, each 0.8 us inside the read, the caller using
+        // 0.2 us between them: polling.  The window is 100 us, then 50 us
+        // measured on the CPU clock.
+        for _ in 0..149 {
+            cpu.set(cpu.get() + 1_000);
+            assert_eq!(i.empty(t, t + 800, 0, clock(&cpu)), None);
+            t += 1_000;
+        }
+        cpu.set(cpu.get() + 2_000);
+        assert_eq!(i.empty(t, t + 1_800, 0, clock(&cpu)), Some(Duration::from_micros(1000)));
+        i.slept(1, cpu.get());
+        // Asleep, a read after a long gap with no CPU used (a yield, a
+        // preemption) sleeps again; the bound doubles up to the maximum.
+        cpu.set(cpu.get() + 3_000);
+        assert_eq!(i.empty(t + 50_000, t + 50_500, 0, clock(&cpu)), Some(Duration::from_micros(2000)));
+        i.slept(1, cpu.get());
+        assert_eq!(i.empty(t + 90_000, t + 90_500, 0, clock(&cpu)), Some(Duration::from_micros(4000)));
+        i.slept(1, cpu.get());
+        assert_eq!(i.empty(t + 99_000, t + 99_500, 0, clock(&cpu)), Some(Duration::from_micros(4000)));
+    }
+
+    #[test]
+    fn adaptive_polls_on_when_reads_are_far_apart_but_the_thread_yields() {
+        let mut i = idle(WaitPolicy::Adaptive);
+        let cpu = Cell::new(0);
+        let mut t = 1_000_000_000;
+        // An idle MPI that yields: 300 us off the CPU between reads, 3 us
+        // on it.  The window waits for 50 us of CPU, then sleeps.
+        let mut slept = None;
+        for n in 0..40 {
+            t += 300_000;
+            cpu.set(cpu.get() + 3_000);
+            if i.empty(t, t + 500, 0, clock(&cpu)).is_some() {
+                slept = Some(n);
+                break;
+            }
+        }
+        assert!(slept.is_some_and(|n| n >= 15), "{slept:?}: off-CPU gaps are idleness, once it polled 50 us");
+    }
+
+    #[test]
+    fn adaptive_waits_out_a_window_spent_off_the_cpu() {
+        let mut i = idle(WaitPolicy::Adaptive);
+        let cpu = Cell::new(0);
+        let t = 1_000_000_000;
+        assert_eq!(i.empty(t, t + 500, 0, clock(&cpu)), None);
+        assert_eq!(i.empty(t, t + 100_500, 0, clock(&cpu)), None, "measuring starts");
+        // Preempted for 4 ms: the window's wall time is over, its CPU is not.
+        cpu.set(1_000);
+        assert_eq!(i.empty(t + 4_000_000, t + 4_000_500, 0, clock(&cpu)), None);
+    }
+
+    #[test]
+    fn a_read_preempted_inside_does_not_hide_the_callers_work() {
+        let mut i = idle(WaitPolicy::Adaptive);
+        let cpu = Cell::new(0);
+        let mut t = 1_000_000_000;
+        for n in 0..20 {
+            // 20 us of the caller's work, then a read that is preempted
+            // inside for 400 us of wall time.
+            cpu.set(cpu.get() + 21_000);
+            assert_eq!(i.empty(t, t + 400_000, 0, clock(&cpu)), None, "read {n}");
+            t += 420_000;
+        }
+    }
+
+    #[test]
+    fn adaptive_never_sleeps_a_caller_that_computes_between_reads() {
+        let mut i = idle(WaitPolicy::Adaptive);
+        let cpu = Cell::new(0);
+        let mut t = 1_000_000_000;
+        for _ in 0..10_000 {
+            // 20 us of the caller's own work between reads
+            t += 20_000;
+            cpu.set(cpu.get() + 20_000);
+            assert_eq!(i.empty(t, t + 500, 0, clock(&cpu)), None);
+        }
+    }
+
+    #[test]
+    fn adaptive_stops_sleeping_when_the_thread_works_or_posts() {
+        let mut i = idle(WaitPolicy::Adaptive);
+        let cpu = Cell::new(30_000);
+        i.asleep = Some((1, 0));
+        assert_eq!(i.empty(0, 1_000_000, 0, clock(&cpu)), None, "30 us of its own CPU since the sleep");
+        assert!(i.asleep.is_none());
+        i.asleep = Some((1, 0));
+        assert_eq!(i.empty(0, 2_000_000, 0, || (2, 0)), None, "another thread reads");
+        i.asleep = Some((1, 30_000));
+        assert_eq!(i.empty(0, 3_000_000, 7, clock(&cpu)), None, "an operation was posted");
+        assert!(i.asleep.is_none());
+    }
+
+    #[test]
+    fn poll_never_and_block_always() {
+        let mut p = idle(WaitPolicy::Poll);
+        let mut b = idle(WaitPolicy::Block);
+        for t in 1..1000u64 {
+            assert_eq!(p.empty(t * 10, t * 10, 0, || (1, 0)), None);
+        }
+        assert_eq!(b.empty(5, 5, 0, || (1, 0)), Some(Duration::from_micros(1000)));
+        assert_eq!(b.empty(6, 6, 0, || (1, 0)), Some(Duration::from_micros(2000)));
+        b.found();
+        assert_eq!(b.empty(7, 7, 0, || (1, 0)), Some(Duration::from_micros(1000)), "a find resets the bound");
+    }
+}

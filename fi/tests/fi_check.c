@@ -1,0 +1,358 @@
+/* fi_check.c -- the doorbell provider through libfabric's own API, no MPI.
+ *
+ * Usage: FI_PROVIDER_PATH=<dir of libdoorbell-fi.so> fi_check [api]
+ *   api: "1.17" (default) or "core": ask for the running core's version
+ *   (2.x under the MPICH wheel's libfabric; the error entry then has the
+ *   2.x source address after the 1.17 fields, which is checked).
+ *
+ * Forks a peer; the two are tasks 0 and 1 of a private job and talk over
+ * the core's shared memory (FI_DOORBELL_FORCE_TCP=1: over TCP).  Checks:
+ * a peek that finds nothing completes with FI_ENOMSG; peek+claim then a
+ * claimed receive; remote CQ data and tags; truncation (FI_ETRUNC, olen);
+ * fi_cancel (FI_ECANCELED); directed receives ignore other sources;
+ * multi-receive offsets and release; a message to ourselves; fi_cq_sread
+ * waking on a message and timing out; fi_cntr_wait.
+ * Prints "fi_check: OK" when every check held.
+ */
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int me, failures;
+static int to_peer, from_peer; /* pipes */
+
+#define CHECK(c, ...)                                                                      \
+    do {                                                                                   \
+        if (!(c)) {                                                                        \
+            fprintf(stderr, "task %d: CHECK FAILED %s:%d: %s: ", me, __FILE__, __LINE__, #c); \
+            fprintf(stderr, __VA_ARGS__);                                                  \
+            fprintf(stderr, "\n");                                                         \
+            failures++;                                                                    \
+        }                                                                                  \
+    } while (0)
+#define OK(call)                                                                           \
+    do {                                                                                   \
+        long rc_ = (long)(call);                                                           \
+        if (rc_ < 0) {                                                                     \
+            fprintf(stderr, "task %d: %s failed: %ld %s\n", me, #call, rc_, fi_strerror((int)-rc_)); \
+            exit(2);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static struct fid_cq *cq;
+static struct fid_ep *ep;
+static struct fid_cntr *rcntr;
+static fi_addr_t self_addr, peer_addr;
+static int api_2x;
+
+/* The error entry as a 2.x core's application sees it. */
+struct err_entry_2x {
+    struct fi_cq_err_entry e;
+    fi_addr_t src_addr;
+};
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void sync_peer(void)
+{
+    char c = 's';
+    if (write(to_peer, &c, 1) != 1 || read(from_peer, &c, 1) != 1) {
+        fprintf(stderr, "task %d: peer gone\n", me);
+        exit(2);
+    }
+}
+
+/* One completion or error: 1 ok, -1 error (in *err), spinning up to 5 s. */
+static int next(struct fi_cq_tagged_entry *e, struct err_entry_2x *err)
+{
+    double end = now_s() + 5;
+    while (now_s() < end) {
+        ssize_t n = fi_cq_read(cq, e, 1);
+        if (n == 1)
+            return 1;
+        if (n == -FI_EAVAIL) {
+            memset(err, 0, sizeof *err);
+            err->src_addr = 0x5a5a5a5a;
+            OK(fi_cq_readerr(cq, &err->e, 0));
+            return -1;
+        }
+        if (n != -FI_EAGAIN) {
+            fprintf(stderr, "task %d: fi_cq_read: %zd\n", me, n);
+            exit(2);
+        }
+    }
+    fprintf(stderr, "task %d: no completion in 5 s\n", me);
+    exit(2);
+}
+
+static void expect_ok(struct fi_cq_tagged_entry *e, void *ctx, const char *what)
+{
+    struct err_entry_2x err;
+    int r = next(e, &err);
+    CHECK(r == 1, "%s: error %d", what, r == 1 ? 0 : err.e.err);
+    CHECK(e->op_context == ctx, "%s: context %p, want %p", what, e->op_context, ctx);
+}
+
+static void expect_err(int want, void *ctx, size_t olen, const char *what)
+{
+    struct fi_cq_tagged_entry e;
+    struct err_entry_2x err;
+    int r = next(&e, &err);
+    CHECK(r == -1 && err.e.err == want, "%s: got %s err %d, want %d", what, r == 1 ? "success" : "error",
+          r == 1 ? 0 : err.e.err, want);
+    if (r == -1) {
+        CHECK(err.e.op_context == ctx, "%s: context %p, want %p", what, err.e.op_context, ctx);
+        CHECK(err.e.olen == olen, "%s: olen %zu, want %zu", what, err.e.olen, olen);
+        /* 2.x writes the source address after the 1.17 fields; 1.17 does not. */
+        if (api_2x)
+            CHECK(err.src_addr != 0x5a5a5a5a, "%s: 2.x src_addr not written", what);
+        else
+            CHECK(err.src_addr == 0x5a5a5a5a, "%s: wrote past the 1.17 error entry", what);
+    }
+}
+
+static void send_tagged(const void *buf, size_t len, uint64_t tag, uint64_t data, fi_addr_t to)
+{
+    static struct fi_context ctx;
+    struct fi_cq_tagged_entry e;
+    ssize_t rc;
+    while ((rc = fi_tsenddata(ep, buf, len, NULL, data, to, tag, &ctx)) == -FI_EAGAIN)
+        (void)fi_cq_read(cq, NULL, 0);
+    OK(rc);
+    expect_ok(&e, &ctx, "send completion");
+    CHECK(e.flags & FI_SEND, "send flags %#llx", (unsigned long long)e.flags);
+}
+
+static void sender(void)
+{
+    char big[100];
+    int i;
+    memset(big, 'b', sizeof big);
+    sync_peer(); /* 1: the peer checked an empty peek */
+    send_tagged("hello", 5, 7, 42, peer_addr);
+    send_tagged(big, sizeof big, 8, 0, peer_addr);
+    send_tagged("x", 1, 5, 0, peer_addr);
+    sync_peer(); /* 2: untagged messages for the multi-receive buffer */
+    for (i = 0; i < 4; i++) {
+        char m[50];
+        memset(m, 'a' + i, sizeof m);
+        OK(fi_inject(ep, m, sizeof m, peer_addr));
+    }
+    sync_peer(); /* 3: one message after 200 ms, for sread */
+    usleep(200000);
+    send_tagged("late", 4, 11, 0, peer_addr);
+    sync_peer(); /* 4: three for the counter */
+    for (i = 0; i < 3; i++)
+        OK(fi_tinject(ep, "c", 1, peer_addr, 12));
+    sync_peer(); /* 5: done */
+}
+
+static void receiver(void)
+{
+    struct fi_cq_tagged_entry e;
+    struct fi_msg_tagged m;
+    struct iovec iov;
+    struct fi_context pctx, rctx, cctx, mctx;
+    char buf[256];
+    double t0;
+    ssize_t rc;
+    int i;
+
+    /* A peek that finds nothing completes with FI_ENOMSG. */
+    memset(&m, 0, sizeof m);
+    m.addr = FI_ADDR_UNSPEC;
+    m.tag = 7;
+    m.context = &pctx;
+    OK(fi_trecvmsg(ep, &m, FI_PEEK));
+    expect_err(FI_ENOMSG, &pctx, 0, "empty peek");
+    sync_peer(); /* 1 */
+
+    /* Peek until it comes, claiming it; then receive the claimed one. */
+    for (;;) {
+        struct err_entry_2x err;
+        OK(fi_trecvmsg(ep, &m, FI_PEEK | FI_CLAIM));
+        if (next(&e, &err) == 1)
+            break;
+        CHECK(err.e.err == FI_ENOMSG, "peek: err %d", err.e.err);
+    }
+    CHECK(e.len == 5 && e.tag == 7 && e.data == 42 && (e.flags & FI_REMOTE_CQ_DATA), "peek: len %zu tag %llu data %llu",
+          e.len, (unsigned long long)e.tag, (unsigned long long)e.data);
+    iov.iov_base = buf;
+    iov.iov_len = sizeof buf;
+    m.msg_iov = &iov;
+    m.iov_count = 1;
+    memset(buf, 0, sizeof buf);
+    OK(fi_trecvmsg(ep, &m, FI_CLAIM));
+    expect_ok(&e, &pctx, "claimed receive");
+    CHECK(e.len == 5 && memcmp(buf, "hello", 5) == 0 && e.data == 42, "claimed: len %zu", e.len);
+
+    /* Truncation: 100 bytes into 10. */
+    OK(fi_trecv(ep, buf, 10, NULL, peer_addr, 8, 0, &rctx));
+    expect_err(FI_ETRUNC, &rctx, 90, "truncation");
+
+    /* Directed: a receive for our own address ignores the peer's tag 5. */
+    OK(fi_trecv(ep, buf, sizeof buf, NULL, self_addr, 5, 0, &cctx));
+    OK(fi_trecv(ep, buf, sizeof buf, NULL, peer_addr, 5, 0, &rctx));
+    expect_ok(&e, &rctx, "directed receive");
+    CHECK(buf[0] == 'x', "directed: %c", buf[0]);
+    /* ... and that one is canceled. */
+    OK(fi_cancel(&ep->fid, &cctx));
+    expect_err(FI_ECANCELED, &cctx, 0, "cancel");
+    CHECK(fi_cancel(&ep->fid, &cctx) == -FI_ENOENT, "second cancel");
+
+    /* A message to ourselves. */
+    send_tagged("me", 2, 9, 0, self_addr);
+    OK(fi_trecv(ep, buf, sizeof buf, NULL, FI_ADDR_UNSPEC, 9, 0, &rctx));
+    expect_ok(&e, &rctx, "self receive");
+    CHECK(e.len == 2 && memcmp(buf, "me", 2) == 0, "self: len %zu", e.len);
+
+    /* Multi-receive: 4 x 50 bytes into 256 with a minimum of 64. */
+    {
+        size_t min = 64;
+        struct fi_msg mm;
+        OK(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min));
+        iov.iov_base = buf;
+        iov.iov_len = 256;
+        memset(&mm, 0, sizeof mm);
+        mm.msg_iov = &iov;
+        mm.iov_count = 1;
+        mm.addr = FI_ADDR_UNSPEC;
+        mm.context = &mctx;
+        OK(fi_recvmsg(ep, &mm, FI_MULTI_RECV));
+        sync_peer(); /* 2 */
+        for (i = 0; i < 4; i++) {
+            expect_ok(&e, &mctx, "multi-receive");
+            CHECK((char *)e.buf == buf + 50 * i && e.len == 50 && ((char *)e.buf)[0] == 'a' + i,
+                  "multi %d: offset %td len %zu", i, (char *)e.buf - buf, e.len);
+            CHECK(!!(e.flags & FI_MULTI_RECV) == (i == 3), "multi %d: FI_MULTI_RECV %d", i,
+                  !!(e.flags & FI_MULTI_RECV));
+        }
+    }
+
+    /* sread wakes on a message that comes 200 ms later. */
+    OK(fi_trecv(ep, buf, sizeof buf, NULL, FI_ADDR_UNSPEC, 11, 0, &rctx));
+    sync_peer(); /* 3 */
+    t0 = now_s();
+    rc = fi_cq_sread(cq, &e, 1, NULL, 3000);
+    CHECK(rc == 1 && e.op_context == &rctx, "sread: %zd", rc);
+    CHECK(now_s() - t0 > 0.1 && now_s() - t0 < 2.5, "sread took %.3f s", now_s() - t0);
+    /* ... and times out when nothing comes. */
+    t0 = now_s();
+    rc = fi_cq_sread(cq, &e, 1, NULL, 100);
+    CHECK(rc == -FI_ETIMEDOUT || rc == -FI_EAGAIN, "sread timeout: %zd", rc);
+    CHECK(now_s() - t0 >= 0.09, "sread returned after %.3f s", now_s() - t0);
+
+    /* The receive counter reaches 3. */
+    {
+        uint64_t base = fi_cntr_read(rcntr);
+        for (i = 0; i < 3; i++)
+            OK(fi_trecv(ep, buf + i, 1, NULL, peer_addr, 12, 0, NULL));
+        sync_peer(); /* 4 */
+        OK(fi_cntr_wait(rcntr, base + 3, 3000));
+        CHECK(fi_cntr_read(rcntr) == base + 3, "counter %llu", (unsigned long long)fi_cntr_read(rcntr));
+    }
+    sync_peer(); /* 5 */
+}
+
+int main(int argc, char **argv)
+{
+    int p2c[2], c2p[2], api;
+    pid_t child;
+    char job[64], name[64], peer_name[64];
+    size_t len = sizeof name;
+    struct fi_info *hints, *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+    struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_UNSPEC};
+    struct fi_cntr_attr cntr_attr = {.events = FI_CNTR_EVENTS_COMP};
+    fi_addr_t addrs[2];
+
+    api = FI_VERSION(1, 17);
+    if (argc > 1 && strcmp(argv[1], "core") == 0)
+        api = (int)fi_version();
+    api_2x = FI_MAJOR(api) >= 2 || (FI_MAJOR(api) == 1 && FI_MINOR(api) >= 20);
+
+    snprintf(job, sizeof job, "fi_check.%d", (int)getpid());
+    setenv("FI_DOORBELL_JOB", job, 1);
+    if (pipe(p2c) || pipe(c2p))
+        return 2;
+    child = fork();
+    if (child < 0)
+        return 2;
+    me = child == 0;
+    setenv("FI_DOORBELL_TASK", me ? "1" : "0", 1);
+    to_peer = me ? c2p[1] : p2c[1];
+    from_peer = me ? p2c[0] : c2p[0];
+
+    hints = fi_allocinfo();
+    hints->caps = FI_TAGGED | FI_MSG | FI_MULTI_RECV | FI_DIRECTED_RECV;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->fabric_attr->prov_name = strdup("doorbell");
+    hints->domain_attr->av_type = FI_AV_TABLE;
+    OK(fi_getinfo(api, NULL, NULL, 0, hints, &info));
+    OK(fi_fabric(info->fabric_attr, &fabric, NULL));
+    OK(fi_domain(fabric, info, &domain, NULL));
+    OK(fi_av_open(domain, &av_attr, &av, NULL));
+    OK(fi_cq_open(domain, &cq_attr, &cq, NULL));
+    OK(fi_cntr_open(domain, &cntr_attr, &rcntr, NULL));
+    OK(fi_endpoint(domain, info, &ep, NULL));
+    OK(fi_ep_bind(ep, &av->fid, 0));
+    OK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
+    OK(fi_ep_bind(ep, &rcntr->fid, FI_RECV));
+    OK(fi_enable(ep));
+    OK(fi_getname(&ep->fid, name, &len));
+
+    /* Exchange addresses; insert both in task order (table: 0, 1). */
+    if (write(to_peer, name, len) != (ssize_t)len || read(from_peer, peer_name, len) != (ssize_t)len)
+        return 2;
+    {
+        char both[128];
+        memcpy(both, me ? peer_name : name, len);
+        memcpy(both + len, me ? name : peer_name, len);
+        CHECK(fi_av_insert(av, both, 2, addrs, 0, NULL) == 2, "av insert");
+    }
+    self_addr = addrs[me];
+    peer_addr = addrs[!me];
+
+    if (me)
+        sender();
+    else
+        receiver();
+
+    fi_close(&ep->fid);
+    fi_close(&rcntr->fid);
+    fi_close(&cq->fid);
+    fi_close(&av->fid);
+    fi_close(&domain->fid);
+    fi_close(&fabric->fid);
+    fi_freeinfo(info);
+    fi_freeinfo(hints);
+    if (!me) {
+        int status = 0;
+        waitpid(child, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            failures++;
+        if (failures == 0)
+            printf("fi_check: OK (api %d.%d)\n", FI_MAJOR(api), FI_MINOR(api));
+    }
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# fi/tests/run.sh -- the doorbell libfabric provider under real MPIs.
+#
+# Builds libdoorbell-fi.so (release) into $OUT/prov, checks that fi_info
+# lists it (Debian's libfabric 1.17 and, when the MPICH wheel is there, its
+# 2.x core), runs the provider's unit tests and fi_check (libfabric's API
+# without an MPI, under both cores), then runs the repo's MPI test
+# programs over it: Open MPI 4.1 with `pml cm, mtl ofi` and MPICH (the PyPI
+# wheel, ch4:ofi with MPIR_CVAR_NOLOCAL=1 so that on-node traffic goes
+# through the provider).  Each MPI runs them twice: shared memory, then
+# FI_DOORBELL_FORCE_TCP=1 over loopback.  Prints PASS/FAIL/SKIP per step and
+# ends with "N passed, M failed"; exits non-zero on any failure.
+#
+# Environment (all optional):
+#   MPIS         which MPIs                       ("ompi mpich")
+#   NPS          rank counts                      ("2 4")
+#   TESTS        programs                         ("pingpong anysource probe alltoall_nb
+#                                                   ssend_vector collectives threads idle_cpu
+#                                                   idle_point kill_ranks mpi4py": idle_point also
+#                                                   with "threads"; kill_ranks at 4 ranks on shm:
+#                                                   a killed job leaves no file behind; mpi4py at
+#                                                   2 ranks where mpi4py imports: the wheel's venv
+#                                                   for MPICH, /usr/bin/python3 for Open MPI)
+#   TCP_PASS     1: repeat everything with FI_DOORBELL_FORCE_TCP=1   (1)
+#   WAIT         FI_DOORBELL_WAIT for the runs     (adaptive)
+#   IDLE_CPU_LIMIT  percent a blocked receiver may use (5)
+#   PINGPONG_MAX    largest ping-pong message        (16777216)
+#   RUN_TIMEOUT  seconds per mpirun/mpiexec        (180)
+#   MPICH_VENV   the MPICH wheel's venv            (/work/venv-mpich; made with
+#                `python3 -m venv DIR && DIR/bin/pip install mpich==5.0.2`)
+#   OUT          build and log directory          (<repo>/target/fi-tests)
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+MPIS=${MPIS:-ompi mpich}
+NPS=${NPS:-2 4}
+TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point kill_ranks mpi4py}
+TCP_PASS=${TCP_PASS:-1}
+WAIT=${WAIT:-adaptive}
+IDLE_CPU_LIMIT=${IDLE_CPU_LIMIT:-5}
+PINGPONG_MAX=${PINGPONG_MAX:-16777216}
+RUN_TIMEOUT=${RUN_TIMEOUT:-180}
+MPICH_VENV=${MPICH_VENV:-/work/venv-mpich}
+OUT=${OUT:-$ROOT/target/fi-tests}
+PROV=$OUT/prov
+BIN=$OUT/bin
+LOGS=$OUT/logs
+mkdir -p "$PROV" "$BIN" "$LOGS"
+rm -f "$LOGS"/*.log
+
+PASSED=0
+FAILED=0
+pass() { printf 'PASS  %s\n' "$1"; PASSED=$((PASSED + 1)); }
+fail() { printf 'FAIL  %s  (log: %s)\n' "$1" "${2:-}"; FAILED=$((FAILED + 1)); }
+skip() { printf 'SKIP  %s  (%s)\n' "$1" "$2"; }
+slug() { tr -c 'A-Za-z0-9_.-' '_' <<<"$1"; }
+
+# ---- build ----
+log=$LOGS/build.log
+if (cd "$ROOT" && nice -n 10 cargo build --release -p doorbell-fi) >"$log" 2>&1 &&
+    cp "$ROOT/target/release/libdoorbell_fi.so" "$PROV/libdoorbell-fi.so"; then
+    pass "build libdoorbell-fi.so"
+else
+    fail "build libdoorbell-fi.so" "$log"
+    echo "$PASSED passed, $FAILED failed"
+    exit 1
+fi
+
+log=$LOGS/unit.log
+if (cd "$ROOT" && nice -n 10 cargo test --release -p doorbell-fi) >"$log" 2>&1; then
+    pass "unit tests ($(grep -o '[0-9]* passed' "$log" | head -1))"
+else
+    fail "unit tests" "$log"
+fi
+
+# ---- fi_info ----
+fi_info_check() { # name, then env assignments
+    local name=$1 log=$LOGS/$(slug "$1").log
+    shift
+    if env "$@" FI_PROVIDER_PATH="$PROV" fi_info -p doorbell -v >"$log" 2>&1 &&
+        grep -q 'prov_name: doorbell' "$log" && grep -q 'FI_TAGGED' "$log" && grep -q 'FI_MULTI_RECV' "$log"; then
+        pass "$name"
+    else
+        fail "$name" "$log"
+    fi
+}
+if command -v fi_info >/dev/null; then
+    fi_info_check "fi_info -p doorbell (libfabric $(fi_info --version | awk '/^libfabric:/ {print $2}'))"
+    log=$LOGS/fi_info_e.log
+    FI_PROVIDER_PATH="$PROV" fi_info -e >"$log" 2>&1
+    if grep -aq FI_DOORBELL_WAIT "$log"; then
+        pass "fi_info -e lists FI_DOORBELL_WAIT"
+    else
+        fail "fi_info -e lists FI_DOORBELL_WAIT" "$log"
+    fi
+    if [[ -f $MPICH_VENV/lib/mpich/libfabric.so.1 ]]; then
+        fi_info_check "fi_info -p doorbell (MPICH wheel's libfabric)" LD_LIBRARY_PATH="$MPICH_VENV/lib/mpich"
+    fi
+else
+    skip "fi_info" "libfabric-bin not installed"
+fi
+
+# ---- the provider through libfabric's API, no MPI (fi_check.c) ----
+log=$LOGS/build-fi_check.log
+if cc -O2 -Wall -I "$ROOT/fi/include" -o "$BIN/fi_check" "$ROOT/fi/tests/fi_check.c" -lfabric >"$log" 2>&1; then
+    for via in shm tcp; do
+        tcp=0
+        [[ $via == tcp ]] && tcp=1
+        for core in debian wheel; do
+            envs=(FI_PROVIDER_PATH="$PROV" FI_DOORBELL_IF_INCLUDE=lo FI_DOORBELL_FORCE_TCP=$tcp)
+            name="fi_check $via (libfabric 1.17)"
+            if [[ $core == wheel ]]; then
+                [[ -f $MPICH_VENV/lib/mpich/libfabric.so.1 ]] || continue
+                envs+=(LD_LIBRARY_PATH="$MPICH_VENV/lib/mpich")
+                name="fi_check $via (MPICH wheel's libfabric, its API version)"
+            fi
+            log=$LOGS/$(slug "$name").log
+            if env "${envs[@]}" timeout "$RUN_TIMEOUT" "$BIN/fi_check" core >"$log" 2>&1 && grep -q '^fi_check: OK' "$log"; then
+                pass "$name"
+            else
+                fail "$name" "$log"
+            fi
+        done
+    done
+else
+    fail "build fi_check" "$log"
+fi
+
+# ---- MPI programs ----
+MPICC_ompi=mpicc.openmpi
+MPICC_mpich=$MPICH_VENV/bin/mpicc
+PYTHON_ompi=/usr/bin/python3
+PYTHON_mpich=$MPICH_VENV/bin/python
+have_mpi() {
+    case $1 in
+    ompi) command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null &&
+        ls /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/mca_mtl_ofi.so >/dev/null 2>&1 ;;
+    mpich) [[ -x $MPICH_VENV/bin/mpicc && -x $MPICH_VENV/bin/mpiexec ]] ;;
+    esac
+}
+
+# run_mpi MPI NP NAME EXTRA_ENV... -- PROGRAM ARGS
+run_mpi() {
+    local mpi=$1 np=$2 name=$3
+    shift 3
+    local envs=()
+    while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+    shift
+    local log=$LOGS/$(slug "$name").log
+    local base=(FI_PROVIDER_PATH="$PROV" FI_DOORBELL_IF_INCLUDE=lo FI_DOORBELL_WAIT="$WAIT" "${envs[@]}")
+    local rc
+    case $mpi in
+    ompi)
+        local xs=()
+        for e in "${base[@]}"; do xs+=(-x "$e"); done
+        env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+            timeout "$RUN_TIMEOUT" mpirun.openmpi --allow-run-as-root --oversubscribe -np "$np" \
+            "${xs[@]}" --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include doorbell "$@" >"$log" 2>&1
+        rc=$?
+        ;;
+    mpich)
+        env "${base[@]}" MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=doorbell MPIR_CVAR_NOLOCAL=1 \
+            timeout "$RUN_TIMEOUT" "$MPICH_VENV/bin/mpiexec" -n "$np" "$@" >"$log" 2>&1
+        rc=$?
+        ;;
+    esac
+    local prog=${EXPECT:-}
+    if [[ -z $prog ]]; then
+        prog=$(basename "$1")
+        prog=${prog%_*}
+    fi
+    if [[ $rc == 0 ]] && grep -q "^$prog: OK" "$log"; then
+        pass "$name$(grep -o 'IDLE_CPU max=[0-9.]*%' "$log" | head -1 | sed 's/^/ (/;s/$/)/')"
+    else
+        fail "$name (rc $rc)" "$log"
+    fi
+}
+
+# kill_ranks MPI WHO: 4 ranks exchange, then one or all SIGKILL themselves;
+# the job's private shared-memory directory must end up empty.
+kill_ranks() {
+    local mpi=$1 who=$2 name="$1 kill_ranks $2 np=4 shm" dir
+    local log=$LOGS/$(slug "$name").log
+    dir=$(mktemp -d /dev/shm/doorbell-fi-kill.XXXXXX)
+    case $mpi in
+    ompi)
+        env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+            timeout "$RUN_TIMEOUT" mpirun.openmpi --allow-run-as-root --oversubscribe -np 4 \
+            -x FI_PROVIDER_PATH="$PROV" -x FI_DOORBELL_IF_INCLUDE=lo -x FI_DOORBELL_SHM_DIR="$dir" \
+            --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include doorbell "$BIN/kill_ranks_$mpi" "$who" >"$log" 2>&1
+        ;;
+    mpich)
+        env FI_PROVIDER_PATH="$PROV" FI_DOORBELL_IF_INCLUDE=lo FI_DOORBELL_SHM_DIR="$dir" \
+            MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=doorbell MPIR_CVAR_NOLOCAL=1 \
+            timeout "$RUN_TIMEOUT" "$MPICH_VENV/bin/mpiexec" -n 4 "$BIN/kill_ranks_$mpi" "$who" >"$log" 2>&1
+        ;;
+    esac
+    sleep 1 # survivors ended by the launcher finish exiting
+    local left
+    left=$(ls -A "$dir" | wc -l)
+    if grep -q "kill_ranks: exchanged" "$log" && [[ $left == 0 ]]; then
+        pass "$name"
+    else
+        echo "files left: $(ls -A "$dir" | tr '\n' ' ')" >>"$log"
+        fail "$name ($left files left)" "$log"
+    fi
+    rm -rf "$dir"
+}
+
+leftovers_before=$(ls /dev/shm 2>/dev/null | grep -c "^doorbell-fi\.u$(id -u)\." || true)
+for mpi in $MPIS; do
+    if ! have_mpi "$mpi"; then
+        skip "$mpi" "not installed"
+        continue
+    fi
+    cc_var=MPICC_$mpi
+    for t in $TESTS; do
+        log=$LOGS/build-$t-$mpi.log
+        [[ -f $ROOT/mpi-tests/$t.c ]] || continue
+        if ${!cc_var} -O2 -o "$BIN/${t}_$mpi" "$ROOT/mpi-tests/$t.c" >"$log" 2>&1; then :; else
+            fail "build $t ($mpi)" "$log"
+        fi
+    done
+    if [[ " $TESTS " == *" kill_ranks "* && -x $BIN/kill_ranks_$mpi ]]; then
+        kill_ranks "$mpi" one
+        kill_ranks "$mpi" all
+    fi
+    passes=(shm)
+    [[ $TCP_PASS == 1 ]] && passes+=(tcp)
+    for via in "${passes[@]}"; do
+        extra=()
+        [[ $via == tcp ]] && extra=(FI_DOORBELL_FORCE_TCP=1)
+        for np in $NPS; do
+            if [[ " $TESTS " == *" mpi4py "* && $np == 2 ]]; then
+                py_var=PYTHON_$mpi
+                if "${!py_var}" -c 'import mpi4py, numpy' 2>/dev/null; then
+                    EXPECT=mpi4py_check run_mpi "$mpi" 2 "$mpi mpi4py np=2 $via" "${extra[@]}" -- "${!py_var}" "$ROOT/mpi-tests/mpi4py_check.py"
+                else
+                    skip "$mpi mpi4py np=2 $via" "mpi4py or numpy not importable by ${!py_var}"
+                fi
+            fi
+            for t in $TESTS; do
+                [[ -x $BIN/${t}_$mpi && $t != kill_ranks ]] || continue
+                args=()
+                case $t in
+                pingpong) args=("$PINGPONG_MAX") ;;
+                idle_cpu) args=("$IDLE_CPU_LIMIT") ;;
+                esac
+                run_mpi "$mpi" "$np" "$mpi $t np=$np $via" "${extra[@]}" -- "$BIN/${t}_$mpi" "${args[@]}"
+                if [[ $t == idle_point ]]; then
+                    run_mpi "$mpi" "$np" "$mpi $t threads np=$np $via" "${extra[@]}" -- "$BIN/${t}_$mpi" threads
+                fi
+            done
+        done
+    done
+done
+leftovers_after=$(ls /dev/shm 2>/dev/null | grep -c "^doorbell-fi\.u$(id -u)\." || true)
+if [[ $leftovers_after -le $leftovers_before ]]; then
+    pass "no shared-memory segment left behind"
+else
+    fail "shared-memory segments left: $(ls /dev/shm | grep "^doorbell-fi\.u$(id -u)\." | head -5 | tr '\n' ' ')"
+fi
+
+echo "$PASSED passed, $FAILED failed"
+[[ $FAILED == 0 ]]
