@@ -392,10 +392,14 @@ impl Ep {
         }
     }
 
-    /// A peer that died fails the receives that wait for it alone
-    /// (FI_EIO): nothing else will complete them.
+    /// A peer that died (or whose shared memory went corrupt, which ends
+    /// it the same way) fails the receives that wait for it alone (FI_EIO):
+    /// nothing else will complete them.
     fn woke(&self, w: doorbell::Woke) {
-        let doorbell::Woke::PeerLost(task) = w else { return };
+        let task = match w {
+            doorbell::Woke::PeerLost(task) | doorbell::Woke::PeerCorrupt(task, _) => task,
+            _ => return,
+        };
         crate::debug!("window {}: task {task} lost", self.window);
         let gone = self.matcher.lock().unwrap_or_else(|p| p.into_inner()).drop_directed_at(task);
         for p in gone {

@@ -41,7 +41,7 @@ pub fn fi_err(e: doorbell::Error) -> i32 {
         E::WouldBlock => FI_EAGAIN,
         E::BadLength => FI_EMSGSIZE,
         E::InvalidArgument | E::UnknownWindow | E::UnknownTask | E::BadAddress => FI_EINVAL,
-        E::PeerLost => FI_ECONNRESET,
+        E::PeerLost | E::Corrupt(_) => FI_ECONNRESET,
         E::TimedOut => FI_ETIMEDOUT,
         E::NoShmSpace => FI_ENOSPC,
         E::Network | E::NoInterface => FI_EHOSTUNREACH,
