@@ -41,25 +41,7 @@ const VERSION: u32 = 2;
 pub(crate) type Secret = [u8; SECRET_BYTES];
 pub(crate) type Nonce = [u8; NONCE_BYTES];
 
-/// N bytes from the kernel's RNG (getrandom(2); blocks only before the
-/// pool is first seeded at boot).
-pub(crate) fn random<const N: usize>() -> std::io::Result<[u8; N]> {
-    let mut b = [0u8; N];
-    let mut got = 0;
-    while got < N {
-        // SAFETY: writes at most N - got bytes into b[got..], which is ours.
-        let r = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), N - got, 0) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-            continue;
-        }
-        got += r as usize;
-    }
-    Ok(b)
-}
+pub(crate) use crate::sys::random;
 
 pub(crate) fn challenge(listener: u32, nonce: &Nonce) -> [u8; CHALLENGE_BYTES] {
     let mut b = [0u8; CHALLENGE_BYTES];

@@ -181,7 +181,7 @@ impl BoxesRx {
             }
             let task = o - 1;
             // Box records are whole messages: no bulk segments to name.
-            let id = BulkId { dir: String::new(), job: String::new(), src: 0, dst: me, window: 0 };
+            let id = BulkId { dir: String::new(), job: String::new(), token: 0, src: 0, dst: me, window: 0 };
             match open(i).and_then(|q| QueueConsumer::new(q, id, max_message)) {
                 Ok(c) if task < crate::sys::limits::MAX_TASKS => self.boxes.push(BoxRx { owner: task, index: i, c, broken: false }),
                 _ => eprintln!("doorbell: task {me}: fast box {i} claimed by an unknown sender ({o}); ignored"),

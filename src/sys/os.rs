@@ -227,6 +227,36 @@ pub unsafe fn recv_split(fd: RawFd, first: *mut u8, len: usize, rest: &mut [u8])
     syscall!(r).map(|n| n as usize)
 }
 
+/// N bytes from the kernel's RNG (getrandom(2); blocks only before the
+/// pool is first seeded at boot).
+pub fn random<const N: usize>() -> std::io::Result<[u8; N]> {
+    let mut b = [0u8; N];
+    let mut got = 0;
+    while got < N {
+        // SAFETY: writes at most N - got bytes into b[got..], which is ours.
+        let r = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), N - got, 0) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+            continue;
+        }
+        got += r as usize;
+    }
+    Ok(b)
+}
+
+/// A random nonzero u64 (getrandom(2)).
+pub fn random_nonzero_u64() -> io::Result<u64> {
+    loop {
+        let v = u64::from_le_bytes(random()?);
+        if v != 0 {
+            return Ok(v);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};
