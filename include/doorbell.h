@@ -94,9 +94,9 @@
 #define DOORBELL_ERR_SHM_REFUSED -15
 
 /*
- Another live endpoint on this node uses the same job key and task (for
- example two programs with the default job key "doorbell"); stderr names
- its control file.  Pass a job key of your own.
+ Kept for compatibility; no call returns it now.  (Two live endpoints
+ with the same job key and task once collided on one file; every
+ endpoint now names its files after a random token of its own.)
  */
 #define DOORBELL_ERR_IN_USE -16
 
@@ -290,7 +290,9 @@ typedef struct doorbell_config {
    */
   uint32_t spin_us;
   /*
-   Nonzero: TCP even to same-node tasks.
+   Nonzero: TCP even to same-node tasks.  The endpoint then keeps
+   nothing in the shared-memory directory, and its address tells
+   same-node tasks to reach it over TCP too.
    */
   uint32_t force_tcp;
   /*
@@ -487,21 +489,22 @@ extern "C" {
 
 /*
  Fill `*cfg` with defaults (task 0, node_id 0, job "doorbell").  The
- default job key is the same in every program: a second program that
- creates an endpoint with it and a task a live one uses on this node gets
- DOORBELL_ERR_IN_USE (it never shares the first one's segments); programs
- that may run side by side should pass a job key of their own.
+ default job key is the same in every program, which does no harm: every
+ endpoint names its shared-memory files after a random token of its own
+ (in its address blob), so programs side by side never share a file.
+ The key labels the files and keys the TCP handshake.
  */
 int doorbell_config_init(struct doorbell_config *cfg);
 
 /*
  Create the endpoint: control segment, TCP listener, FLIH thread; window 0
- is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE (no room in the
- shared-memory directory for the control segment with window 0's queue:
- DOORBELL_CONTROL_BYTES + DOORBELL_QUEUE_HEADER_BYTES + ring_bytes), SHM, SHM_REFUSED (a
- symlink or foreign file at the control segment's name), IN_USE (a live
- endpoint has the same job key and task on this node), NO_INTERFACE,
- NETWORK.
+ is open.  The control segment's name carries a random token: a name
+ somebody else took costs a fresh one, never the endpoint.  Errors:
+ INVALID_ARGUMENT, NO_SHM_SPACE (no room in the shared-memory directory
+ for the control segment with window 0's queue: DOORBELL_CONTROL_BYTES +
+ DOORBELL_QUEUE_HEADER_BYTES + ring_bytes; with force_tcp set the
+ endpoint needs no room there, so a caller may go on that way), SHM,
+ NO_INTERFACE, NETWORK.
  */
 int doorbell_endpoint_create(const struct doorbell_config *cfg, struct doorbell_endpoint **out);
 
@@ -516,7 +519,9 @@ int doorbell_endpoint_destroy(struct doorbell_endpoint *ep);
  length out.  BUFFER_TOO_SMALL if the capacity is short.  The blob holds
  this endpoint's random 128-bit TCP secret: a task may connect over TCP
  only by proving it knows it (a challenge and a keyed hash; the secret
- never crosses the network).  Hand the blob only to the job's tasks.
+ never crosses the network).  Hand the blob only to the job's tasks.  It
+ also holds the random token that names the endpoint's shared-memory
+ files: same-node peers find them through it.
  */
 int doorbell_address(const struct doorbell_endpoint *ep, uint8_t *buf, size_t *len);
 
@@ -529,8 +534,8 @@ int doorbell_connect(struct doorbell_endpoint *ep, const uint8_t *blob, size_t l
 
 /*
  DOORBELL_PATH_SHM (1) if `task` is reached over shared memory (every
- same-node task, unless force_tcp), DOORBELL_PATH_TCP (2) over TCP;
- UNKNOWN_TASK.
+ same-node task, unless either side has force_tcp set),
+ DOORBELL_PATH_TCP (2) over TCP; UNKNOWN_TASK.
  */
 int doorbell_peer_path(const struct doorbell_endpoint *ep, uint32_t task);
 

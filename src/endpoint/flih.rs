@@ -313,7 +313,7 @@ mod tests {
         // Another process of this user writes the count in our control
         // segment (a second mapping of the same file).
         let cfg = &ep.inner.cfg;
-        let hostile = Control::open(&cfg.shm_dir, &cfg.job, cfg.task, cfg.task, None).unwrap();
+        let hostile = Control::open(&cfg.shm_dir, &cfg.job, ep.inner.control.token(), cfg.task, cfg.task, None).unwrap();
         hostile.header().windows_open.store(u32::MAX, Ordering::Release);
         assert_eq!(ep.progress(crate::sys::limits::MAX_WINDOWS, &mut nothing), Err(Error::UnknownWindow));
         // The FLIH walks the open windows when a peer dies: twice, so the

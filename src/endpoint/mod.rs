@@ -172,7 +172,12 @@ impl Endpoint {
         let accepted_default_congestion = crate::net::congestion::listen_same_host(&listener);
         let port = listener.local_addr().map_err(|_| Error::Network)?.port();
         crate::shm::segment::reap_dead_tasks(&cfg.shm_dir);
-        let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers, cfg.ring_bytes)?;
+        let control = if cfg.force_tcp {
+            // Nobody maps it: it needs no name, and no room in shm_dir.
+            Control::create_private(cfg.task)?
+        } else {
+            Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers, cfg.ring_bytes)?
+        };
         let peers = Peers::new()?;
         let tcp = TcpSide::new(cfg.max_backlog)?;
         let flih = Flih::new(listener, accepted_default_congestion, &peers, &tcp)?;
@@ -183,6 +188,7 @@ impl Endpoint {
             job_hash: cfg.job_hash(),
             tcp: SocketAddrV4::new(ip, port),
             secret: crate::net::handshake::random().map_err(|_| Error::Internal)?,
+            shm_token: control.token(),
         };
         let box_views = (0..crate::shm::fbox::BOXES).map(|i| control.fast_box(i)).collect::<Result<Vec<_>>>()?;
         let windows = (0..MAX_WINDOWS)
@@ -422,7 +428,9 @@ impl Drop for Endpoint {
         // there, and the bulk files our receivers have mapped
         // (unread ones stay for their reader: say_goodbye).  What senders
         // left for us we will never read.
-        crate::shm::segment::unlink_inbound_to(&self.inner.cfg.shm_dir, &self.inner.cfg.job, self.inner.cfg.task);
+        if let Some(stem) = self.inner.stem() {
+            crate::shm::segment::unlink_inbound(&self.inner.cfg.shm_dir, &stem);
+        }
     }
 }
 
@@ -435,6 +443,12 @@ fn bind(ip: std::net::Ipv4Addr, lo: u16, hi: u16) -> Result<TcpListener> {
         .ok_or(Error::Network)
 }
 impl Inner {
+    /// The stem of our shared-memory files (None: we have none).
+    pub(crate) fn stem(&self) -> Option<String> {
+        let token = self.control.token();
+        (token != 0).then(|| crate::shm::segment::stem(&self.cfg.job, token))
+    }
+
     pub(crate) fn check_window(&self, window: u32) -> Result<()> {
         if window >= self.windows_opened.load(Ordering::Acquire) {
             return Err(Error::UnknownWindow);
