@@ -412,8 +412,12 @@ int doorbell_config_init(struct doorbell_config *cfg);
 int doorbell_endpoint_create(const struct doorbell_config *cfg, struct doorbell_endpoint **out);
 
 /*
- Flush (bounded), say goodbye to peers, stop the FLIH thread and unlink
- every segment this endpoint created.  NULL is accepted.
+ Deliver what was sent, say goodbye to peers, stop the FLIH thread and
+ unlink every segment this endpoint created.  Delivery waits, however
+ long, for receivers that are busy (a TCP peer's kernel acknowledges
+ every byte; a same-node ring makes room for the sender's backlog); only
+ a receiver that died or closed ends the wait early.  Peers then see
+ PEER_CLOSED after the last message.  NULL is accepted.
  */
 int doorbell_endpoint_destroy(struct doorbell_endpoint *ep);
 
@@ -522,7 +526,8 @@ int doorbell_local_notify(struct doorbell_endpoint *ep, uint32_t task, uint32_t 
 
 /*
  Push queued sends until none remain, or TIMED_OUT after `timeout_us`
- (< 0: no limit).
+ (< 0: no limit).  A timeout loses nothing: what is queued stays queued,
+ and endpoint_destroy delivers it.
  */
 int doorbell_flush(struct doorbell_endpoint *ep, int64_t timeout_us);
 

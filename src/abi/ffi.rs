@@ -349,8 +349,12 @@ pub unsafe extern "C" fn doorbell_endpoint_create(cfg: *const doorbell_config, o
     })
 }
 
-/// Flush (bounded), say goodbye to peers, stop the FLIH thread and unlink
-/// every segment this endpoint created.  NULL is accepted.
+/// Deliver what was sent, say goodbye to peers, stop the FLIH thread and
+/// unlink every segment this endpoint created.  Delivery waits, however
+/// long, for receivers that are busy (a TCP peer's kernel acknowledges
+/// every byte; a same-node ring makes room for the sender's backlog); only
+/// a receiver that died or closed ends the wait early.  Peers then see
+/// PEER_CLOSED after the last message.  NULL is accepted.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_endpoint_destroy(ep: *mut doorbell_endpoint) -> c_int {
     guard(|| {
@@ -670,7 +674,8 @@ pub unsafe extern "C" fn doorbell_local_notify(ep: *mut doorbell_endpoint, task:
 }
 
 /// Push queued sends until none remain, or TIMED_OUT after `timeout_us`
-/// (< 0: no limit).
+/// (< 0: no limit).  A timeout loses nothing: what is queued stays queued,
+/// and endpoint_destroy delivers it.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_flush(ep: *mut doorbell_endpoint, timeout_us: i64) -> c_int {
     guard(|| {

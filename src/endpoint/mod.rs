@@ -368,7 +368,7 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        let _ = self.inner.flush(Some(Duration::from_secs(2)));
+        self.inner.flush_local_for_close();
         self.inner.say_goodbye();
         self.inner.flih.stop();
         if let Some(h) = self.flih.take() {
@@ -553,13 +553,47 @@ impl Inner {
         }
     }
 
-    /// Orderly close: tell TCP peers (goodbye frame) and local peers (the
-    /// closed flag of our control segment and of each ring we send on)
-    /// that our exit is not a loss.  A ring its receiver has not mapped yet
-    /// keeps its file, so what we sent is still delivered.
+    /// Before a close: push the shared-memory backlogs into their rings,
+    /// however long their receivers take to make room.  Only a receiver
+    /// that is gone or closed ends the wait for what is queued to it.  What
+    /// comes to us meanwhile is read and dropped: a peer closing at the
+    /// same time may be waiting for room in our rings.
+    pub(crate) fn flush_local_for_close(&self) {
+        const NAP_MAX: Duration = Duration::from_millis(10);
+        let mut nap = Duration::from_micros(20);
+        let mut left = u64::MAX;
+        loop {
+            self.push_all_backlogs();
+            if !self.shm.backlogged() {
+                return;
+            }
+            let receiver_waits = |p: &Arc<Peer>| {
+                p.local
+                    && !p.ended.load(Ordering::Acquire)
+                    && !p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0)
+                    && !lock(&p.tx).backlog.is_empty()
+            };
+            if !self.peer_list().iter().any(receiver_waits) {
+                return;
+            }
+            for w in 0..self.windows_opened.load(Ordering::Acquire) {
+                let _ = self.poll_queue(w, &mut |_, _, _| {});
+            }
+            let now = self.shm.backlog_bytes();
+            nap = if now != left { Duration::from_micros(20) } else { (nap * 2).min(NAP_MAX) };
+            left = now;
+            std::thread::sleep(nap);
+        }
+    }
+
+    /// Orderly close: tell local peers (the closed flag of our control
+    /// segment and of each ring we send on) and TCP peers (a goodbye frame
+    /// behind what we sent, delivered: path/tcp.rs `close_tcp`) that our
+    /// exit is not a loss.  A ring its receiver has not mapped yet keeps
+    /// its file, so what we sent is still delivered.
     pub(crate) fn say_goodbye(&self) {
         self.control.header().closed.store(1, Ordering::Release);
         self.close_queues();
-        self.goodbye_tcp();
+        self.close_tcp();
     }
 }

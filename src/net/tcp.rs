@@ -637,6 +637,104 @@ impl Conn {
     }
 }
 
+/// One connection's orderly close (the endpoint's destroy).  Its goodbye
+/// goes behind everything queued; once all of it is written the write side
+/// is shut (the FIN follows the goodbye); the close is done when the
+/// peer's kernel has acknowledged every byte and the FIN.  The socket can
+/// then go without losing any of it, even if closing it sends a reset (as
+/// it does with unread input): the peer's kernel holds it for its reader.
+/// What the peer sends meanwhile is read and dropped (nobody will deliver
+/// it), so two tasks that close at once with data queued to each other
+/// both get done.  No clock: a slow reader is waited for as long as its
+/// connection lives; only a broken connection ends the wait early.
+pub struct Closing {
+    conn: Arc<Conn>,
+    shut: bool,
+    /// The peer shut its write side: nothing more to read.
+    eof: bool,
+    /// Queued and unacknowledged bytes at the last step.
+    left: (u64, usize),
+}
+
+/// Where a close stands after a step.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CloseStep {
+    /// Everything, the goodbye and the FIN, reached the peer's kernel.
+    Done,
+    /// The connection broke (the peer is gone): what was not acknowledged is lost.
+    Broken,
+    /// Still going; `moved`: bytes left our queue or were acknowledged since the last step.
+    Waiting { moved: bool },
+}
+
+impl Closing {
+    /// Queue the goodbye behind everything else (held frames included).
+    pub fn begin(conn: Arc<Conn>) -> Closing {
+        if !conn.dead.load(Ordering::Acquire) {
+            let head = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_GOODBYE }.encode();
+            let mut tx = conn.tx.lock().unwrap_or_else(|p| p.into_inner());
+            Conn::queue_held(&mut tx);
+            tx.queued += FRAME_HEADER as u64;
+            tx.queue.push_back(Item { q: Queued::Owned(head.to_vec()), starts_frame: true });
+        }
+        Closing { conn, shut: false, eof: false, left: (u64::MAX, usize::MAX) }
+    }
+
+    /// Drop what came in, write what the socket takes, shut the write
+    /// side once all is written, and see what the peer acknowledged.
+    pub fn step(&mut self, scratch: &mut [u8]) -> CloseStep {
+        let c = &self.conn;
+        if c.dead.load(Ordering::Acquire) {
+            return CloseStep::Broken;
+        }
+        let fd = c.stream.as_raw_fd();
+        while !self.eof {
+            match crate::sys::recv(fd, scratch) {
+                Ok(0) => self.eof = true,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return CloseStep::Broken,
+            }
+        }
+        // A reset after the peer's FIN shows only here (recv says EOF).
+        if !matches!(nix::sys::socket::getsockopt(&c.stream, nix::sys::socket::sockopt::SocketError), Ok(0)) {
+            return CloseStep::Broken;
+        }
+        let all_written = match c.flush() {
+            Ok(all) => all,
+            Err(_) => return CloseStep::Broken,
+        };
+        if all_written && !self.shut {
+            if c.stream.shutdown(std::net::Shutdown::Write).is_err() {
+                return CloseStep::Broken;
+            }
+            self.shut = true;
+        }
+        let Ok(unacked) = crate::sys::tcp_unacked(fd) else { return CloseStep::Broken };
+        if self.shut && unacked == 0 {
+            return CloseStep::Done;
+        }
+        let left = (c.tx.lock().unwrap_or_else(|p| p.into_inner()).queued, unacked);
+        let moved = left != self.left;
+        self.left = left;
+        CloseStep::Waiting { moved }
+    }
+
+    /// What to wait for before the next step: input (until the peer's
+    /// FIN) and, while bytes are queued, room to write them.
+    pub fn poll_events(&self) -> (std::os::fd::RawFd, i16) {
+        let mut events = 0;
+        if !self.eof {
+            events |= libc::POLLIN;
+        }
+        if !self.shut {
+            events |= libc::POLLOUT;
+        }
+        (self.conn.stream.as_raw_fd(), events)
+    }
+}
+
 impl Rx {
     /// Parse staged bytes; Some(end) on a fatal input or a throttle, None
     /// when more bytes are needed.

@@ -21,5 +21,5 @@ pub(crate) mod try_lock;
 #[cfg(not(loom))]
 pub(crate) use os::{
     epoll_wait, futex_wait_shared, futex_wake_shared, membarrier_global, membarrier_register_global, now_ns, pidfd_open,
-    process_alive, recv, recv_append, recv_split, send_nosignal,
+    poll, process_alive, recv, recv_append, recv_split, send_nosignal, tcp_unacked,
 };

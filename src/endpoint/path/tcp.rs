@@ -8,7 +8,7 @@ use crate::endpoint::peers::Peer;
 use crate::endpoint::{Inner, WindowLocal};
 use crate::net::frame::{self, FrameHeader, READ_REQUEST};
 use crate::net::remote_read::{Exposures, ReadDone, ReadDst, ReadRequest, Reads};
-use crate::net::tcp::{Conn, RxBudget, RxEnd, RxEvent, CONN_EVENTS};
+use crate::net::tcp::{CloseStep, Closing, Conn, RxBudget, RxEnd, RxEvent, CONN_EVENTS};
 use crate::shm::bell;
 use crate::sys;
 use crate::sys::counters::bump;
@@ -16,7 +16,7 @@ use crate::sys::error::{Error, Result};
 use crate::sys::limits::MAX_WINDOWS;
 use crate::sys::sync::lock;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,6 +88,11 @@ impl TcpSide {
         self.exposures.expose(task, base, len)
     }
 
+    /// Is a connection of `task` still open (either side's)?
+    pub(crate) fn has_conn_of(&self, task: u32) -> bool {
+        lock(&self.conns).values().any(|c| c.task() == task)
+    }
+
     /// Whether data of some read arrived since the last call.
     pub(crate) fn reads_moved(&self) -> bool {
         self.reads.take_moved()
@@ -101,6 +106,10 @@ impl TcpSide {
 
 impl Inner {
     pub(crate) fn tcp_conn(&self, p: &Peer) -> Result<Arc<Conn>> {
+        // It said goodbye: nobody would read what we send.
+        if p.gone.load(Ordering::Acquire) {
+            return Err(Error::PeerLost);
+        }
         let mut slot = lock(&p.conn);
         if let Some(c) = slot.as_ref() {
             if !c.dead.load(Ordering::Acquire) {
@@ -271,7 +280,12 @@ impl Inner {
                     self.read_ended(id, Err(Error::PeerLost));
                 }
                 self.drop_conn(conn);
-                self.peer_exited(task);
+                // After a goodbye the peer's other connection, if any, may
+                // still hold what it sent: its end reports the close.
+                let said_goodbye = self.peer(task).is_ok_and(|p| p.gone.load(Ordering::Acquire));
+                if end == RxEnd::Garbage || !said_goodbye || !self.tcp.has_conn_of(task) {
+                    self.peer_exited(task);
+                }
                 released = true;
             }
         }
@@ -396,18 +410,53 @@ impl Inner {
         n
     }
 
-    /// Orderly close, TCP part: a goodbye frame to every connection, so
-    /// the peer takes our exit for a close, not a loss.
-    pub(crate) fn goodbye_tcp(&self) {
-        for c in self.tcp.conns() {
-            let hdr = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_GOODBYE };
-            if c.send(hdr, &[], u64::MAX).is_ok() {
-                for _ in 0..1000 {
-                    if c.flush().unwrap_or(true) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_micros(100));
+    /// Orderly close, TCP part: a goodbye behind everything queued on
+    /// every connection, so the peer takes our exit for a close, not a
+    /// loss; then wait until each peer's kernel holds all of it (tcp.rs
+    /// `Closing`), however long its reader takes.  Connections accepted
+    /// meanwhile get their goodbye too.  Until every connection is done,
+    /// the done ones are still read (and what comes dropped): a peer
+    /// closing too may be waiting for room on one of them.  Between steps
+    /// the thread sleeps in poll: input, room to write, or a nap that grows
+    /// while nothing moves (an acknowledgement wakes no poll).
+    pub(crate) fn close_tcp(&self) {
+        const NAP_MAX_MS: i32 = 50;
+        let mut closing: Vec<(Closing, bool)> = Vec::new();
+        let mut begun = HashSet::new();
+        let mut scratch = vec![0u8; 64 << 10];
+        let mut nap_ms = 1;
+        loop {
+            for c in self.tcp.conns() {
+                if begun.insert(c.token) {
+                    closing.push((Closing::begin(c), false));
                 }
+            }
+            let mut moved = false;
+            closing.retain_mut(|(c, done)| match c.step(&mut scratch) {
+                CloseStep::Waiting { moved: m } => {
+                    moved |= m;
+                    *done = false;
+                    true
+                }
+                CloseStep::Done => {
+                    *done = true;
+                    true
+                }
+                CloseStep::Broken => false,
+            });
+            if closing.iter().all(|(_, done)| *done) {
+                return;
+            }
+            nap_ms = if moved { 1 } else { (nap_ms * 2).min(NAP_MAX_MS) };
+            let mut fds: Vec<libc::pollfd> = closing
+                .iter()
+                .map(|(c, _)| {
+                    let (fd, events) = c.poll_events();
+                    libc::pollfd { fd, events, revents: 0 }
+                })
+                .collect();
+            if sys::poll(&mut fds, nap_ms).is_err() {
+                std::thread::sleep(Duration::from_millis(nap_ms as u64));
             }
         }
     }
