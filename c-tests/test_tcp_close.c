@@ -17,7 +17,10 @@
  *     reads: both destroys return;
  *   - SIGKILL after send and flush: PEER_LOST;
  *   - the receiver closes first: the sender is told PEER_CLOSED, and a
- *     send to the closed task fails with PEER_LOST. */
+ *     send to the closed task fails with PEER_LOST;
+ *   - no shm directory at all (shm_dir names one that does not exist):
+ *     force_tcp needs none, so both endpoints are made and the 100 B case
+ *     runs as above. */
 #include "dbt.h"
 
 #include <poll.h>
@@ -42,6 +45,7 @@ struct scenario {
   int receiver_connects;
   double busy_s;        /* SLOW_READER: the receiver computes this long first */
   int64_t flush_us;     /* SLOW_READER: the sender's flush before destroy */
+  int no_shm_dir;       /* shm_dir names a directory that does not exist */
   char *dir;
 };
 
@@ -189,7 +193,9 @@ static int child(int idx, void *arg) {
   const struct scenario *sc = arg;
   doorbell_config cfg;
   dbt_config(&cfg, (uint32_t)idx, 1);
-  cfg.shm_dir = sc->dir;
+  char missing[4200];
+  snprintf(missing, sizeof missing, "%s/missing", sc->dir);
+  cfg.shm_dir = sc->no_shm_dir ? missing : sc->dir;
   cfg.force_tcp = 1;
   doorbell_endpoint *ep = NULL;
   dbt_peer me = {0}, peers[2];
@@ -238,21 +244,22 @@ int main(void) {
   char name[128];
   for (int i = 1; i <= 3; i++) {
     snprintf(name, sizeof name, "100 B, read after the sender exited, run %d of 3", i);
-    struct scenario sc = {name, AFTER_EXIT, SMALL, 1, 0, 0, NULL};
+    struct scenario sc = {name, AFTER_EXIT, SMALL, 1, 0, 0, 0, NULL};
     run(&sc);
   }
-  struct scenario receive_only = {"100 B, receive-only (no connect)", AFTER_EXIT, SMALL, 0, 0, 0, NULL};
+  struct scenario receive_only = {"100 B, receive-only (no connect)", AFTER_EXIT, SMALL, 0, 0, 0, 0, NULL};
   run(&receive_only);
   for (int i = 1; i <= 4; i++) {
     snprintf(name, sizeof name, "64 MiB, receiver busy 1 s, run %d of 4", i);
-    struct scenario sc = {name, SLOW_READER, HUGE, 1, 1.0, 200000, NULL};
+    struct scenario sc = {name, SLOW_READER, HUGE, 1, 1.0, 200000, 0, NULL};
     run(&sc);
   }
   struct scenario more[] = {
-      {"64 MiB, 2 s flush, receiver busy 5 s", SLOW_READER, HUGE, 1, 5.0, 2000000, NULL},
-      {"both close with 16 MiB queued each way", BOTH_CLOSE, CROSS, 1, 0, 0, NULL},
-      {"SIGKILL after send and flush", KILLED, SMALL, 1, 0, 0, NULL},
-      {"the receiver closes first", RECEIVER_CLOSED, 0, 1, 0, 0, NULL},
+      {"64 MiB, 2 s flush, receiver busy 5 s", SLOW_READER, HUGE, 1, 5.0, 2000000, 0, NULL},
+      {"both close with 16 MiB queued each way", BOTH_CLOSE, CROSS, 1, 0, 0, 0, NULL},
+      {"SIGKILL after send and flush", KILLED, SMALL, 1, 0, 0, 0, NULL},
+      {"the receiver closes first", RECEIVER_CLOSED, 0, 1, 0, 0, 0, NULL},
+      {"100 B, no shm directory", AFTER_EXIT, SMALL, 1, 0, 0, 1, NULL},
   };
   for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) run(&more[i]);
   return dbt_finish();

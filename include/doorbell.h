@@ -229,7 +229,9 @@ typedef struct doorbell_config {
    */
   uint32_t spin_us;
   /*
-   Nonzero: TCP even to same-node tasks.
+   Nonzero: TCP even to same-node tasks, and no shared memory at all
+   (shm_dir is never touched: it may be missing or read-only).  Other
+   tasks then reach this one over TCP too.
    */
   uint32_t force_tcp;
   /*
@@ -520,7 +522,8 @@ int doorbell_wait(struct doorbell_endpoint *ep, uint32_t window, uint32_t mode, 
  Wake (task, window) as if a packet had arrived: a futex wake if it
  sleeps, nothing (no syscall) if it is awake; either way its next
  progress or wait reports DOORBELL_WOKE_NOTIFY.  `task` may be this task.
- UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another node.
+ UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another
+ node or one created with force_tcp.
  */
 int doorbell_local_notify(struct doorbell_endpoint *ep, uint32_t task, uint32_t window);
 

@@ -563,8 +563,9 @@ static bool validate_params(void)
         (c->ring_size < 4096 || c->ring_size > (1u << 30) || (c->ring_size & (c->ring_size - 1)))) {
         BAD("ring_size", "%u", c->ring_size, "must be 0 or a power of 2 from 4096 to 1073741824");
     }
-    /* (force_tcp too: every rank keeps its control segment there) */
-    {
+    /* force_tcp uses no shared memory (the core keeps the control segment
+     * in private memory): the directory may be read-only or missing. */
+    if (!c->force_tcp) {
         const char *source, *dir = shm_dir(&source), *why = bad_shm_dir(dir);
         if (NULL != why) {
             mca_btl_doorbell_show_help(true, "bad-shm-dir",
@@ -730,7 +731,7 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
     /* Every local peer maps this rank's control segment when add_procs
      * connects it (Open MPI adds local peers at MPI_Init); the last one
      * removes its name, so a rank killed later leaves no file behind.  Over
-     * TCP nobody maps it: the name goes at once. */
+     * TCP nobody maps it: it has no file at all. */
     cfg.local_peers = c->force_tcp ? 0 : (int32_t) opal_process_info.num_local_peers;
     if (c->port_min > 0) {
         int range = c->port_range > 0 ? c->port_range : 65536 - c->port_min;

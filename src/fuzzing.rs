@@ -371,6 +371,7 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         job_hash: JOB_HASH,
         tcp: std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 40000),
         secret: KEY,
+        tcp_only: false,
     };
     let small: Vec<u8> = (0..100u8).collect();
     let bulk2: Vec<u8> = (0..2500u32).map(|i| (i % 251) as u8).collect();

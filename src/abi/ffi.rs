@@ -136,7 +136,9 @@ pub struct doorbell_config {
     pub wait_mode: u32,
     /// Adaptive mode spins this long before sleeping; 0: 50.
     pub spin_us: u32,
-    /// Nonzero: TCP even to same-node tasks.
+    /// Nonzero: TCP even to same-node tasks, and no shared memory at all
+    /// (shm_dir is never touched: it may be missing or read-only).  Other
+    /// tasks then reach this one over TCP too.
     pub force_tcp: u32,
     /// Comma list of interface names or IPv4 CIDR; NULL or "": any.
     pub if_include: *const c_char,
@@ -663,7 +665,8 @@ pub unsafe extern "C" fn doorbell_wait(
 /// Wake (task, window) as if a packet had arrived: a futex wake if it
 /// sleeps, nothing (no syscall) if it is awake; either way its next
 /// progress or wait reports DOORBELL_WOKE_NOTIFY.  `task` may be this task.
-/// UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another node.
+/// UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another
+/// node or one created with force_tcp.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_local_notify(ep: *mut doorbell_endpoint, task: u32, window: u32) -> c_int {
     guard(|| {

@@ -4,6 +4,9 @@
 //! `magic u32 | version u16 | flags u16 | task u32 | pid u32 | node_id u64 |
 //!  job_hash u64 | ipv4 [4] | port u16 | pad u16 | secret [16]`
 //!
+//! flags bit 0: the task has no shared memory (force_tcp): reach it over
+//! TCP even on its own node.
+//!
 //! The secret keys the TCP handshake (handshake.rs): hand a blob only to
 //! the job's tasks.
 
@@ -17,6 +20,7 @@ pub const ADDRESS_MAX: usize = 64;
 const MAGIC: u32 = u32::from_le_bytes(*b"DBAD");
 /// 2 added the secret.
 const VERSION: u16 = 2;
+const FLAG_TCP_ONLY: u16 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Address {
@@ -26,6 +30,8 @@ pub struct Address {
     pub job_hash: u64,
     pub tcp: SocketAddrV4,
     pub secret: Secret,
+    /// No shared memory to reach it by (force_tcp): TCP even on its node.
+    pub tcp_only: bool,
 }
 
 impl Address {
@@ -33,6 +39,8 @@ impl Address {
         let mut b = [0u8; ADDRESS_BYTES];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         b[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        let flags = if self.tcp_only { FLAG_TCP_ONLY } else { 0 };
+        b[6..8].copy_from_slice(&flags.to_le_bytes());
         b[8..12].copy_from_slice(&self.task.to_le_bytes());
         b[12..16].copy_from_slice(&self.pid.to_le_bytes());
         b[16..24].copy_from_slice(&self.node_id.to_le_bytes());
@@ -51,6 +59,7 @@ impl Address {
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
         let version = u16::from_le_bytes([b[4], b[5]]);
+        let flags = u16::from_le_bytes([b[6], b[7]]);
         let port = u16::from_le_bytes([b[36], b[37]]);
         let a = Address {
             task: u32_at(8),
@@ -59,8 +68,9 @@ impl Address {
             job_hash: u64_at(24),
             tcp: SocketAddrV4::new(Ipv4Addr::new(b[32], b[33], b[34], b[35]), port),
             secret: b[40..56].try_into().unwrap(),
+            tcp_only: flags & FLAG_TCP_ONLY != 0,
         };
-        if u32_at(0) != MAGIC || version != VERSION || a.task >= MAX_TASKS || a.pid == 0 || port == 0 {
+        if u32_at(0) != MAGIC || version != VERSION || flags & !FLAG_TCP_ONLY != 0 || a.task >= MAX_TASKS || a.pid == 0 || port == 0 {
             return Err(Error::BadAddress);
         }
         Ok(a)
@@ -80,9 +90,15 @@ mod tests {
             job_hash: 99,
             tcp: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 5000),
             secret: [0x5a; 16],
+            tcp_only: false,
         };
         let b = a.encode();
         assert_eq!(Address::decode(&b), Ok(a));
+        let tcp_only = Address { tcp_only: true, ..a };
+        assert_eq!(Address::decode(&tcp_only.encode()), Ok(tcp_only));
+        let mut bad = b;
+        bad[6] = 2;
+        assert_eq!(Address::decode(&bad), Err(Error::BadAddress), "an unknown flag");
         assert_eq!(Address::decode(&b[..ADDRESS_BYTES - 1]), Err(Error::BadAddress));
         let mut bad = b;
         bad[0] ^= 1;

@@ -160,8 +160,15 @@ impl Endpoint {
         listener.set_nonblocking(true).map_err(|_| Error::Network)?;
         let accepted_default_congestion = crate::net::congestion::listen_same_host(&listener);
         let port = listener.local_addr().map_err(|_| Error::Network)?.port();
-        crate::shm::segment::reap_dead_tasks(&cfg.shm_dir);
-        let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers, cfg.ring_bytes)?;
+        // Over TCP alone nobody maps our control segment: it lives in
+        // private memory, and the shm directory is never touched (it may
+        // be read-only, full or missing).
+        let control = if cfg.force_tcp {
+            Control::create_private(cfg.task, cfg.ring_bytes)?
+        } else {
+            crate::shm::segment::reap_dead_tasks(&cfg.shm_dir);
+            Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers, cfg.ring_bytes)?
+        };
         let peers = Peers::new()?;
         let tcp = TcpSide::new(cfg.max_backlog)?;
         let flih = Flih::new(listener, accepted_default_congestion, &peers, &tcp)?;
@@ -172,6 +179,7 @@ impl Endpoint {
             job_hash: cfg.job_hash(),
             tcp: SocketAddrV4::new(ip, port),
             secret: crate::net::handshake::random().map_err(|_| Error::Internal)?,
+            tcp_only: cfg.force_tcp,
         };
         let box_views = (0..crate::shm::fbox::BOXES).map(|i| control.fast_box(i)).collect::<Result<Vec<_>>>()?;
         let windows = (0..MAX_WINDOWS)
@@ -377,8 +385,10 @@ impl Drop for Endpoint {
         // Dropping Inner unlinks our control segment, if its name is still
         // there, and the bulk files our receivers have mapped
         // (unread ones stay for their reader: say_goodbye).  What senders
-        // left for us we will never read.
-        crate::shm::segment::unlink_inbound_to(&self.inner.cfg.shm_dir, &self.inner.cfg.job, self.inner.cfg.task);
+        // left for us we will never read (over TCP alone there is none).
+        if !self.inner.cfg.force_tcp {
+            crate::shm::segment::unlink_inbound_to(&self.inner.cfg.shm_dir, &self.inner.cfg.job, self.inner.cfg.task);
+        }
     }
 }
 
@@ -465,8 +475,9 @@ impl Inner {
             return Ok(());
         }
         let p = self.peer(task)?;
-        if p.addr.get().is_some_and(|a| a.node_id != self.cfg.node_id) {
-            // Another node: its bells are not in our shared memory.
+        if p.addr.get().is_some_and(|a| a.node_id != self.cfg.node_id || a.tcp_only) {
+            // Another node, or a task without shared memory (force_tcp):
+            // its bells are in no memory we can map.
             return Err(Error::InvalidArgument);
         }
         let ctl = self.peer_control(p)?;

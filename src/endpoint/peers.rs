@@ -142,7 +142,7 @@ impl Inner {
         if a.job_hash != self.job_hash {
             return Err(Error::BadAddress);
         }
-        let local = !self.cfg.force_tcp && a.node_id == self.cfg.node_id;
+        let local = !self.cfg.force_tcp && !a.tcp_only && a.node_id == self.cfg.node_id;
         let p = self.peer_or_insert(a.task, local, Some(a));
         let addressed_now = p.addr.set(a).is_ok();
         // A same-node peer known so far only by its hello (it reached us

@@ -138,7 +138,28 @@ impl Control {
         }
         let name = control_name(job, task);
         let seg = Segment::create_reserving(dir, &name, file_len(qb), queue_at(1, qb), Owner::Locked)?;
-        let mut c = Control::with(seg, qb)?;
+        let mut c = Control::init(seg, task, peers, queue_bytes)?;
+        if peers == Some(0) {
+            c.seg_mut().unlink();
+        }
+        c.populate_queue(0);
+        Ok(c)
+    }
+
+    /// `create` in this process's private memory, with no file: for an
+    /// endpoint that reaches every peer over TCP (force_tcp), which no
+    /// other process maps.  Its bells still wake its own sleepers.
+    pub fn create_private(task: u32, queue_bytes: u32) -> Result<Control> {
+        if !queue_bytes_ok(queue_bytes as u64) {
+            return Err(Error::InvalidArgument);
+        }
+        let seg = Segment::private(file_len(queue_bytes as u64))?;
+        Control::init(seg, task, Some(0), queue_bytes)
+    }
+
+    /// Write a new segment's header, window 0 open, and publish it.
+    fn init(seg: Segment, task: u32, peers: Option<u32>, queue_bytes: u32) -> Result<Control> {
+        let c = Control::with(seg, queue_bytes as u64)?;
         // SAFETY: the segment is CONTROL_BYTES long and page aligned; we
         // created it, no reference into it exists yet, and nobody validates
         // it before `version` is published below, so these plain writes
@@ -156,10 +177,6 @@ impl Control {
         h.windows_open.store(1, Ordering::Relaxed);
         // SYNC POINT B: publishes the header fields above (Acquire in `open`).
         h.version.store(CONTROL_VERSION, Ordering::Release);
-        if peers == Some(0) {
-            c.seg_mut().unlink();
-        }
-        c.populate_queue(0);
         Ok(c)
     }
 

@@ -1,4 +1,5 @@
-//! Shared-memory segments: a file in the shm directory, mapped MAP_SHARED.
+//! Shared-memory segments: a file in the shm directory, mapped MAP_SHARED
+//! (or, for an endpoint nobody maps, private memory: `Segment::private`).
 //!
 //! A segment owns its mapping and knows whether it must unlink its file
 //! when dropped.  Layout types placed in a segment implement `ShmSafe`.
@@ -223,6 +224,13 @@ impl Segment {
         Err(Error::Shm)
     }
 
+    /// A segment of `len` zeroed bytes in this process's private memory,
+    /// with no file (and an empty path): for an endpoint that no other
+    /// process maps (force_tcp), which then needs no shm directory at all.
+    pub fn private(len: usize) -> Result<Segment> {
+        Ok(Segment { map: map_private(len)?, path: PathBuf::new(), file_id: (0, 0), unlink_on_drop: false, held_file: None })
+    }
+
     /// Map an existing segment of at least `min_len` bytes (no symlink
     /// followed; refused unless `check_ours` passes).
     pub fn open(dir: &str, name: &str, min_len: usize) -> Result<Segment> {
@@ -267,10 +275,14 @@ impl Segment {
     /// Reserve bytes `off..off + len` of a segment we created and hold
     /// (`Owner::Locked`): from now on touching them cannot SIGBUS.
     pub fn reserve_range(&self, off: usize, len: usize) -> Result<()> {
-        let file = self.held_file.as_ref().ok_or(Error::Internal)?;
         if off.checked_add(len).is_none_or(|end| end > self.len()) {
             return Err(Error::Internal);
         }
+        // Private memory (`private`) has no tmpfs blocks to run out of.
+        if self.path.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let file = self.held_file.as_ref().ok_or(Error::Internal)?;
         posix_fallocate(file, off as libc::off_t, len as libc::off_t).map_err(|e| Error::shm(e.into()))
     }
 
@@ -383,10 +395,31 @@ mod miri_map {
         blocks.push((key, MmapRaw { ptr, len: len.max(1) }));
         Ok(MmapRaw { ptr, len })
     }
+
+    /// A zeroed, page-aligned block of its own, never freed.
+    pub fn private(len: usize) -> std::io::Result<MmapRaw> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(std::io::ErrorKind::OutOfMemory.into());
+        }
+        Ok(MmapRaw { ptr, len })
+    }
+}
+
+#[cfg(not(miri))]
+fn map_private(len: usize) -> Result<MmapRaw> {
+    memmap2::MmapOptions::new().len(len).map_anon().map(MmapRaw::from).map_err(Error::shm)
 }
 
 #[cfg(miri)]
 use miri_map::MmapRaw;
+
+#[cfg(miri)]
+fn map_private(len: usize) -> Result<MmapRaw> {
+    miri_map::private(len).map_err(Error::shm)
+}
 
 #[cfg(miri)]
 fn map(file: &File) -> Result<MmapRaw> {
