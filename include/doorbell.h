@@ -188,6 +188,8 @@
  */
 #define DOORBELL_QUEUE_HEADER_BYTES 70016
 
+#define KIND_ABORT 4
+
 /*
  Opaque per-process endpoint.  Any thread may send; each window should be
  progressed by one thread at a time (a concurrent progress of the same
@@ -533,6 +535,28 @@ int doorbell_local_notify(struct doorbell_endpoint *ep, uint32_t task, uint32_t 
  and endpoint_destroy delivers it.
  */
 int doorbell_flush(struct doorbell_endpoint *ep, int64_t timeout_us);
+
+/*
+ This process is ending the job (an abort): tell every peer now, without
+ waiting for any -- a flag in this task's control segment, a frame ahead
+ of whatever is queued on each TCP connection, and a connection made for
+ it to each same-node TCP peer it has none with (all of it given at most
+ a second, as far as the peers and sockets allow).  A task that hears it
+ passes it on over its own connections; doorbell_abort_announced then
+ returns 1 there.  Call it on the abort path, just before the process
+ exits.  The endpoint stays usable, and endpoint_destroy then delivers
+ nothing and waits for nobody.  DOORBELL_OK.
+ */
+int doorbell_announce_abort(struct doorbell_endpoint *ep);
+
+/*
+ 1 once this task knows the job is ending: a task announced an abort
+ (doorbell_announce_abort), to this task or to a task that passed it on;
+ else 0.  What the TCP connections hold is read first.  A task that gets
+ PEER_LOST while this is 1 lost that peer to the abort (it was killed
+ with the job), not to a crash.
+ */
+int doorbell_abort_announced(struct doorbell_endpoint *ep);
 
 /*
  Open a send batch on the calling thread: until the matching

@@ -9,8 +9,8 @@
 #   6. stall: two-way traffic and progress-source stalls (mpi-tests/stall.sh)
 #   7. shm-full: a shared-memory directory too small for every ring
 #      (mpi-tests/shm_full.sh, private mount namespace)
-#   8. force-tcp: force_tcp with a read-only /dev/shm
-#      (mpi-tests/force_tcp.sh, private mount namespace)
+#   8. force-tcp: force_tcp with a read-only /dev/shm, and MPI_Abort is
+#      not a lost peer (mpi-tests/force_tcp.sh, private mount namespace)
 #   9. soak: 60 s per path of mixed, checked traffic with SIGSTOPped ranks
 #  10. asan: the C tests and the MPI tests under AddressSanitizer (scripts/asan.sh)
 # Prints each suite's figures and a last line "N passed, M failed".

@@ -689,6 +689,37 @@ pub unsafe extern "C" fn doorbell_flush(ep: *mut doorbell_endpoint, timeout_us: 
     })
 }
 
+/// This process is ending the job (an abort): tell every peer now, without
+/// waiting for any -- a flag in this task's control segment, a frame ahead
+/// of whatever is queued on each TCP connection, and a connection made for
+/// it to each same-node TCP peer it has none with (all of it given at most
+/// a second, as far as the peers and sockets allow).  A task that hears it
+/// passes it on over its own connections; doorbell_abort_announced then
+/// returns 1 there.  Call it on the abort path, just before the process
+/// exits.  The endpoint stays usable, and endpoint_destroy then delivers
+/// nothing and waits for nobody.  DOORBELL_OK.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_announce_abort(ep: *mut doorbell_endpoint) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        unsafe { endpoint(ep) }?.announce_abort();
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// 1 once this task knows the job is ending: a task announced an abort
+/// (doorbell_announce_abort), to this task or to a task that passed it on;
+/// else 0.  What the TCP connections hold is read first.  A task that gets
+/// PEER_LOST while this is 1 lost that peer to the abort (it was killed
+/// with the job), not to a crash.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_abort_announced(ep: *mut doorbell_endpoint) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        Ok(unsafe { endpoint(ep) }?.abort_announced() as c_int)
+    })
+}
+
 /// Open a send batch on the calling thread: until the matching
 /// doorbell_batch_end, small TCP frames it sends on any endpoint (under
 /// 256 bytes: MPI control messages) are held and leave together, in one

@@ -115,6 +115,9 @@ pub(crate) struct Inner {
     buf_pool: Arc<BufPool>,
     counters: Counters,
     parker: SharedFutex,
+    /// This task announced an abort: its close delivers nothing and waits
+    /// for nobody (the job is ending).
+    aborting: AtomicBool,
 }
 
 const _: () = {
@@ -204,6 +207,7 @@ impl Endpoint {
             buf_pool: Arc::new(BufPool::default()),
             counters: Counters::default(),
             parker: SharedFutex,
+            aborting: AtomicBool::new(false),
         });
         if let Some(mut rx) = inner.windows[0].rx.try_lock() {
             inner.take_up_queue(0, &mut rx)?;
@@ -338,6 +342,26 @@ impl Endpoint {
         self.inner.flush(timeout)
     }
 
+    /// This process is ending the job (an abort): tell every peer at once,
+    /// without waiting for any (the flag in our control segment; an abort
+    /// frame on each connection, path/tcp.rs `announce_abort_tcp`).  The
+    /// endpoint stays usable; dropping it then delivers nothing and waits
+    /// for nobody.
+    pub fn announce_abort(&self) {
+        self.inner.aborting.store(true, Ordering::Release);
+        self.inner.control.header().aborting.store(1, Ordering::Release);
+        self.inner.announce_abort_tcp();
+    }
+
+    /// Does this task know the job is ending: did a task announce an
+    /// abort (`announce_abort`), to us or to a task that passed it on?
+    /// Then a loss seen now is the abort's doing, not a crash.
+    pub fn abort_announced(&self) -> bool {
+        let i = &self.inner;
+        let local = i.peer_list().iter().any(|p| p.control.get().is_some_and(|c| c.header().aborting.load(Ordering::Acquire) != 0));
+        local || i.abort_heard_tcp()
+    }
+
     /// Let `task` read [base, base + len) of our memory (remote_read.rs)
     /// until `unexpose(key)`.  Returns the key its reads name.
     pub fn expose(&self, task: u32, base: u64, len: u64) -> Result<u64> {
@@ -376,8 +400,12 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        self.inner.flush_local_for_close();
-        self.inner.say_goodbye();
+        // After an abort notice the job is ending: nothing is delivered or
+        // waited for, and no goodbye makes the exit look orderly.
+        if !self.inner.aborting.load(Ordering::Acquire) {
+            self.inner.flush_local_for_close();
+            self.inner.say_goodbye();
+        }
         self.inner.flih.stop();
         if let Some(h) = self.flih.take() {
             let _ = h.join();

@@ -207,6 +207,8 @@ pub enum RxEvent {
     Released,
     Frame { window: u32, tag: u8, data: Vec<u8> },
     Goodbye,
+    /// The peer is ending the job (an abort): losses that follow are its doing.
+    Abort,
     /// The peer asks to read our memory (remote_read.rs).
     ReadRequest(ReadRequest),
     /// A read's data is all in its destination.
@@ -441,6 +443,26 @@ impl Conn {
         v.extend_from_slice(body);
         tx.urgent.push_back(v);
         self.flush_locked(&mut tx).map(|_| ())
+    }
+
+    /// Send a small whole frame ahead of what is queued (at the next frame
+    /// boundary), the batch's held frames included, and out of any batch:
+    /// for an abort notice, which must not wait for a batch that will never
+    /// end.  Ok(true) once it is written.
+    pub fn send_ahead(&self, hdr: FrameHeader) -> Result<bool> {
+        if self.dead.load(Ordering::Acquire) {
+            return Err(Error::PeerLost);
+        }
+        let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        Self::queue_held(&mut tx);
+        tx.urgent.push_back(hdr.encode().to_vec());
+        self.flush_locked(&mut tx)?;
+        Ok(tx.urgent.is_empty())
+    }
+
+    /// Whether frames sent ahead (`send_ahead`) are still waiting.
+    pub fn ahead_pending(&self) -> bool {
+        !self.tx.lock().unwrap_or_else(|p| p.into_inner()).urgent.is_empty()
     }
 
     /// Send a read's data frame from exposed memory: [ptr, ptr + len) of
@@ -799,6 +821,10 @@ impl Rx {
                         on(RxEvent::Goodbye);
                         continue;
                     }
+                    if hdr.kind == frame::KIND_ABORT {
+                        on(RxEvent::Abort);
+                        continue;
+                    }
                     if hdr.kind == frame::KIND_READ_DATA {
                         // Into memory the reader set aside: no allocation, no budget.
                         let Some(dst) = claim(hdr.window, hdr.len) else {
@@ -983,6 +1009,25 @@ mod tests {
         assert_eq!(available(&mut peer), frame_bytes(6, b"before a sleep"));
         drop(batch);
         assert!(!crate::net::batch::end_one(), "no batch is open any more");
+    }
+
+    /// A frame sent ahead (an abort notice) leaves at once even inside a
+    /// batch, ahead of the frames the batch held.
+    #[test]
+    fn a_frame_sent_ahead_leaves_inside_a_batch() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (mut peer, conn) = pair(&l);
+        let conn = Arc::new(conn);
+        let batch = crate::net::batch::begin();
+        conn.send(FrameHeader { len: 40, window: 0, tag: 7, kind: frame::KIND_MESSAGE }, &[&[7; 40]], u64::MAX).unwrap();
+        let abort = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_ABORT };
+        assert_eq!(conn.send_ahead(abort), Ok(true), "written at once");
+        let mut want = abort.encode().to_vec();
+        want.extend(frame_bytes(7, &[7; 40]));
+        assert_eq!(available(&mut peer), want, "the notice, then the held frame, before the batch ends");
+        drop(batch);
+        assert!(available(&mut peer).is_empty());
+        assert!(!conn.ahead_pending());
     }
 
     #[test]

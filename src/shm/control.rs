@@ -28,7 +28,8 @@ pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DBCTRL\0\0");
 /// 2: WindowSlot::notified.  3: unlink_after, mapped_by.  4: inbound
 /// queues (queue_bytes) instead of a ring bitmap per window.  5: 8-byte
 /// record headers (record.rs).  6: light_rings.  7: fast boxes (fbox.rs).
-pub const CONTROL_VERSION: u32 = 7;
+/// 8: aborting.
+pub const CONTROL_VERSION: u32 = 8;
 /// `unlink_after` of an owner that does not know its peers: the name stays
 /// until it closes.
 const UNLINK_AT_CLOSE: u32 = u32::MAX;
@@ -54,7 +55,10 @@ pub struct ControlHeader {
     /// 1: the owner makes bell.rs's heavy barrier before it sleeps, so a
     /// registered sender may ring this task's bells lightly.
     pub light_rings: u32,
-    _pad: [u8; 20],
+    /// Set to 1 by the owner when it ends the job (an abort): the losses
+    /// its peers see next are the abort's doing, not crashes.
+    pub aborting: AtomicU32,
+    _pad: [u8; 16],
 }
 
 /// One receive window.
@@ -80,6 +84,7 @@ const _: () = assert!(std::mem::size_of::<ControlHeader>() == 64);
 const _: () = assert!(std::mem::offset_of!(ControlHeader, owner_pid) == 12, "shm::reap_dead_tasks reads it there");
 const _: () = assert!(std::mem::offset_of!(ControlHeader, mapped_by) == 32);
 const _: () = assert!(std::mem::offset_of!(ControlHeader, queue_bytes) == 36);
+const _: () = assert!(std::mem::offset_of!(ControlHeader, aborting) == 44);
 const _: () = assert!(std::mem::size_of::<WindowSlot>() == 64);
 
 pub const HEADER_BYTES: usize = 64;

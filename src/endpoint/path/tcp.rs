@@ -19,9 +19,12 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// The abort notice (frame.rs KIND_ABORT).
+const ABORT: FrameHeader = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_ABORT };
 
 pub(crate) struct Inbound {
     pub(crate) src: u32,
@@ -50,6 +53,9 @@ pub(crate) struct TcpSide {
     reads: Reads,
     /// Connections that stopped reading for want of budget.
     throttled: Mutex<Vec<Arc<Conn>>>,
+    /// A task of the job said over TCP that the job is ending (an abort),
+    /// itself or passing it on.
+    abort_heard: AtomicBool,
 }
 
 const _: () = assert!(std::mem::offset_of!(TcpSide, conn_count) == 0, "Inner's layout check counts on it");
@@ -64,6 +70,7 @@ impl TcpSide {
             exposures: Exposures::default(),
             reads: Reads::default(),
             throttled: Mutex::new(Vec::new()),
+            abort_heard: AtomicBool::new(false),
         })
     }
 
@@ -240,6 +247,7 @@ impl Inner {
     pub(crate) fn conn_readable(&self, conn: &Arc<Conn>, hup: bool) {
         let mut touched = [false; MAX_WINDOWS as usize];
         let mut goodbye = false;
+        let mut abort = false;
         let mut released = false;
         let mut requests = vec![];
         let task = conn.task();
@@ -252,6 +260,7 @@ impl Inner {
                 touched[window as usize] = true;
             }
             RxEvent::Goodbye => goodbye = true,
+            RxEvent::Abort => abort = true,
             RxEvent::Released => released = true,
             RxEvent::ReadRequest(r) => requests.push(r),
             RxEvent::ReadDone { id } => self.read_ended(id, Ok(())),
@@ -266,6 +275,9 @@ impl Inner {
             if let Ok(p) = self.peer(task) {
                 p.gone.store(true, Ordering::Release);
             }
+        }
+        if abort {
+            self.abort_heard();
         }
         for (w, t) in touched.iter().enumerate() {
             if *t {
@@ -408,6 +420,71 @@ impl Inner {
             self.counters.tcp_received.fetch_add(n as u64, Ordering::Relaxed);
         }
         n
+    }
+
+    /// This task ends the job (an abort): an abort frame to every
+    /// connection, ahead of what is queued and of any batch, and over a
+    /// connection made for it to each same-node peer we have none with
+    /// (it watches our pid, and would take our exit for a crash).  Best
+    /// effort, and bounded: the process is about to exit, so all of it
+    /// gets ABORT_BUDGET, as far as the peers and sockets allow.
+    pub(crate) fn announce_abort_tcp(&self) {
+        const ABORT_BUDGET: Duration = Duration::from_secs(1);
+        let deadline = sys::now_ns() + ABORT_BUDGET.as_nanos() as u64;
+        let mut waiting: Vec<Arc<Conn>> = self.tcp.conns().into_iter().filter(|c| c.send_ahead(ABORT) == Ok(false)).collect();
+        for p in self.peer_list() {
+            let watches_us = !p.local && p.addr.get().is_some_and(|a| a.node_id == self.cfg.node_id && a.task != self.cfg.task);
+            if !watches_us || p.ended.load(Ordering::Acquire) || self.tcp.has_conn_of(p.task) {
+                continue;
+            }
+            if sys::now_ns() >= deadline {
+                break;
+            }
+            if let Some(c) = self.conn_for_notice(&p, deadline) {
+                if c.send_ahead(ABORT) == Ok(false) {
+                    waiting.push(c);
+                }
+            }
+        }
+        while !waiting.is_empty() && sys::now_ns() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+            waiting.retain(|c| c.flush().is_ok() && c.ahead_pending());
+        }
+    }
+
+    /// A connection to `p` for an abort notice, each step of it bounded by
+    /// what is left until `deadline`.  None if it cannot be had in time.
+    fn conn_for_notice(&self, p: &Peer, deadline: u64) -> Option<Arc<Conn>> {
+        let addr = *p.addr.get()?;
+        let left = Duration::from_nanos(deadline.checked_sub(sys::now_ns())?);
+        let me = std::net::IpAddr::V4(*self.me.tcp.ip());
+        let mut stream = crate::net::congestion::connect(me, addr.tcp, left).ok()?;
+        crate::net::handshake::greet_within(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret, left).ok()?;
+        let conn = Conn::new(stream, self.new_token(), p.task, self.buf_pool.clone(), self.tcp.conn_epoll.clone()).ok()?;
+        let conn = Arc::new(conn);
+        self.add_conn(&conn).ok()?;
+        Some(conn)
+    }
+
+    /// A peer said the job is ending: pass it on to every connection,
+    /// once, and flag it in our control segment for same-node peers, so
+    /// ranks that never talked to the aborter hear it before the runtime
+    /// kills the ranks they do talk to.  Never waits.
+    fn abort_heard(&self) {
+        if self.tcp.abort_heard.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.control.header().aborting.store(1, Ordering::Release);
+        for c in self.tcp.conns() {
+            let _ = c.send_ahead(ABORT);
+        }
+    }
+
+    /// Did a peer say over TCP that it is ending the job?  What the
+    /// connections hold is read first.
+    pub(crate) fn abort_heard_tcp(&self) -> bool {
+        self.poll_conns();
+        self.tcp.abort_heard.load(Ordering::Acquire)
     }
 
     /// Orderly close, TCP part: a goodbye behind everything queued on
