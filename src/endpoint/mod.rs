@@ -609,7 +609,7 @@ impl Inner {
             let receiver_waits = |p: &Arc<Peer>| {
                 p.local
                     && !p.ended.load(Ordering::Acquire)
-                    && !p.control.get().is_some_and(|c| c.header().closed.load(Ordering::Acquire) != 0)
+                    && p.control.get().is_none_or(|c| c.header().closed.load(Ordering::Acquire) == 0)
                     && !lock(&p.tx).backlog.is_empty()
             };
             if !self.peer_list().iter().any(receiver_waits) {
