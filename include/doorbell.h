@@ -249,6 +249,8 @@
  */
 #define DOORBELL_QUEUE_HEADER_BYTES 70016
 
+#define KIND_ABORT 4
+
 /*
  Opaque per-process endpoint.  Any thread may send; each window should be
  progressed by one thread at a time (a concurrent progress of the same
@@ -290,9 +292,9 @@ typedef struct doorbell_config {
    */
   uint32_t spin_us;
   /*
-   Nonzero: TCP even to same-node tasks.  The endpoint then keeps
-   nothing in the shared-memory directory, and its address tells
-   same-node tasks to reach it over TCP too.
+   Nonzero: TCP even to same-node tasks, and no shared memory at all
+   (shm_dir is never touched: it may be missing or read-only).  Other
+   tasks then reach this one over TCP too.
    */
   uint32_t force_tcp;
   /*
@@ -509,8 +511,12 @@ int doorbell_config_init(struct doorbell_config *cfg);
 int doorbell_endpoint_create(const struct doorbell_config *cfg, struct doorbell_endpoint **out);
 
 /*
- Flush (bounded), say goodbye to peers, stop the FLIH thread and unlink
- every segment this endpoint created.  NULL is accepted.
+ Deliver what was sent, say goodbye to peers, stop the FLIH thread and
+ unlink every segment this endpoint created.  Delivery waits, however
+ long, for receivers that are busy (a TCP peer's kernel acknowledges
+ every byte; a same-node ring makes room for the sender's backlog); only
+ a receiver that died or closed ends the wait early.  Peers then see
+ PEER_CLOSED after the last message.  NULL is accepted.
  */
 int doorbell_endpoint_destroy(struct doorbell_endpoint *ep);
 
@@ -619,15 +625,39 @@ int doorbell_wait(struct doorbell_endpoint *ep, uint32_t window, uint32_t mode, 
  Wake (task, window) as if a packet had arrived: a futex wake if it
  sleeps, nothing (no syscall) if it is awake; either way its next
  progress or wait reports DOORBELL_WOKE_NOTIFY.  `task` may be this task.
- UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another node.
+ UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another
+ node or one created with force_tcp.
  */
 int doorbell_local_notify(struct doorbell_endpoint *ep, uint32_t task, uint32_t window);
 
 /*
  Push queued sends until none remain, or TIMED_OUT after `timeout_us`
- (< 0: no limit).
+ (< 0: no limit).  A timeout loses nothing: what is queued stays queued,
+ and endpoint_destroy delivers it.
  */
 int doorbell_flush(struct doorbell_endpoint *ep, int64_t timeout_us);
+
+/*
+ This process is ending the job (an abort): tell every peer now, without
+ waiting for any -- a flag in this task's control segment, a frame ahead
+ of whatever is queued on each TCP connection, and a connection made for
+ it to each same-node TCP peer it has none with (all of it given at most
+ a second, as far as the peers and sockets allow).  A task that hears it
+ passes it on over its own connections; doorbell_abort_announced then
+ returns 1 there.  Call it on the abort path, just before the process
+ exits.  The endpoint stays usable, and endpoint_destroy then delivers
+ nothing and waits for nobody.  DOORBELL_OK.
+ */
+int doorbell_announce_abort(struct doorbell_endpoint *ep);
+
+/*
+ 1 once this task knows the job is ending: a task announced an abort
+ (doorbell_announce_abort), to this task or to a task that passed it on;
+ else 0.  What the TCP connections hold is read first.  A task that gets
+ PEER_LOST while this is 1 lost that peer to the abort (it was killed
+ with the job), not to a crash.
+ */
+int doorbell_abort_announced(struct doorbell_endpoint *ep);
 
 /*
  Open a send batch on the calling thread: until the matching

@@ -35,6 +35,11 @@
 #include "ompi/runtime/mpiruntime.h"
 #pragma weak ompi_mpi_state
 
+/* orte_ess lives in libopen-rte, likewise loaded; weak for the same
+ * reason (then no abort is announced). */
+#include "orte/mca/ess/ess.h"
+#pragma weak orte_ess
+
 #define HELP_FILE "help-mpi-btl-doorbell.txt"
 
 static int doorbell_component_register(void);
@@ -502,12 +507,46 @@ static int doorbell_component_open(void)
     return OPAL_SUCCESS;
 }
 
+/* Every abort of an MPI process ends in orte_ess.abort: MPI_Abort, an
+ * error handler that aborts, ompi_rte_abort.  Its peers are killed by the
+ * runtime moments later, and each of them may first see this process, or
+ * another victim, vanish: tell them now that the job is ending, so they
+ * take those losses for the abort's doing, not for crashes
+ * (mca_btl_doorbell_peer_lost). */
+static orte_ess_base_module_abort_fn_t ess_abort_saved;
+
+static void ess_abort_announcing(int status, bool report)
+{
+    mca_btl_doorbell_module_t *m = mca_btl_doorbell_component.module;
+
+    if (NULL != m && NULL != m->core) {
+        (void) doorbell_announce_abort(m->core);
+    }
+    ess_abort_saved(status, report);
+}
+
+static void abort_hook_install(void)
+{
+    if (&orte_ess != NULL && NULL != orte_ess.abort && ess_abort_announcing != orte_ess.abort) {
+        ess_abort_saved = orte_ess.abort;
+        orte_ess.abort = ess_abort_announcing;
+    }
+}
+
+static void abort_hook_uninstall(void)
+{
+    if (&orte_ess != NULL && ess_abort_announcing == orte_ess.abort) {
+        orte_ess.abort = ess_abort_saved;
+    }
+}
+
 static int doorbell_component_close(void)
 {
     mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
 
-    /* before this .so can be unloaded: no slot may point into it */
+    /* before this .so can be unloaded: no slot or hook may point into it */
     mca_btl_doorbell_idle_uninstall();
+    abort_hook_uninstall();
     if (c->output >= 0) {
         opal_output_close(c->output);
         c->output = -1;
@@ -595,8 +634,9 @@ static bool validate_params(void)
         (c->ring_size < 4096 || c->ring_size > (1u << 30) || (c->ring_size & (c->ring_size - 1)))) {
         BAD("ring_size", "%u", c->ring_size, "must be 0 or a power of 2 from 4096 to 1073741824");
     }
-    /* (force_tcp too: every rank keeps its control segment there) */
-    {
+    /* force_tcp uses no shared memory (the core keeps the control segment
+     * in private memory): the directory may be read-only or missing. */
+    if (!c->force_tcp) {
         const char *source, *dir = shm_dir(&source), *why = bad_shm_dir(dir);
         if (NULL != why) {
             mca_btl_doorbell_show_help(true, "bad-shm-dir",
@@ -787,7 +827,7 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
     /* Every local peer maps this rank's control segment when add_procs
      * connects it (Open MPI adds local peers at MPI_Init); the last one
      * removes its name, so a rank killed later leaves no file behind.  Over
-     * TCP nobody maps it: the name goes at once. */
+     * TCP nobody maps it: it has no file at all. */
     cfg.local_peers = c->force_tcp ? 0 : (int32_t) opal_process_info.num_local_peers;
     if (c->port_min > 0) {
         int range = c->port_range > 0 ? c->port_range : 65536 - c->port_min;
@@ -912,6 +952,7 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
         /* cleared again by add_procs for a peer that cannot be read */
         mca_btl_doorbell_module.super.btl_flags |= MCA_BTL_FLAGS_GET;
     }
+    abort_hook_install();
     if (DOORBELL_WAIT_POLL != c->wait_mode && !mca_btl_doorbell_idle_install()) {
         opal_output_verbose(1, c->output,
                             "btl doorbell: cannot hook Open MPI's idle point (sched_yield in "

@@ -545,6 +545,15 @@ static void peer_failed(mca_btl_doorbell_module_t *module, uint32_t task, bool l
                             task);
         return;
     }
+    /* A rank announced an abort (the component's orte_ess.abort hook): the
+     * runtime is killing the job, this rank too, and the peer went with
+     * it.  Not a crash: nothing to report. */
+    if (NULL != module->core && doorbell_abort_announced(module->core) > 0) {
+        opal_output_verbose(10, mca_btl_doorbell_component.output,
+                            "btl doorbell: rank %u: peer %u ended with the job's abort",
+                            module->my_task, task);
+        return;
+    }
 
     snprintf(msg, sizeof(msg), "btl doorbell: rank %u lost peer task %u (%s)", module->my_task, task,
              why);
@@ -555,11 +564,14 @@ static void peer_failed(mca_btl_doorbell_module_t *module, uint32_t task, bool l
                                why);
     /* The abort below skips btl_finalize, so this rank's segments would stay
      * in /dev/shm (peers reap the files only of ranks that die before them).
-     * Destroy now -- unless other threads may be inside the core. */
+     * Destroy now -- unless other threads may be inside the core.  The
+     * abort is announced first: the other ranks stay quiet about the
+     * losses it brings, and the destroy waits for nobody. */
     if (!opal_using_threads() && NULL != module->core) {
         doorbell_endpoint *core = module->core;
         mca_btl_doorbell_component.module = NULL;
         module->core = NULL;
+        (void) doorbell_announce_abort(core);
         (void) doorbell_endpoint_destroy(core);
     }
     {

@@ -13,8 +13,10 @@
 #      names (mpi-tests/shm_squat.sh); pidns-jobs: two jobs with one job id
 #      in two pid namespaces (mpi-tests/pidns_jobs.sh); each in a private
 #      mount namespace
-#   8. soak: 60 s per path of mixed, checked traffic with SIGSTOPped ranks
-#   9. asan: the C tests and the MPI tests under AddressSanitizer (scripts/asan.sh)
+#   8. force-tcp: force_tcp with a read-only /dev/shm, and MPI_Abort is
+#      not a lost peer (mpi-tests/force_tcp.sh, private mount namespace)
+#   9. soak: 60 s per path of mixed, checked traffic with SIGSTOPped ranks
+#  10. asan: the C tests and the MPI tests under AddressSanitizer (scripts/asan.sh)
 # Prints each suite's figures and a last line "N passed, M failed".
 # SUITES="name ..." runs only those suites (scripts/test-under-load.sh).
 # The counts are doorbell's own results only: a suite that runs another BTL
@@ -83,6 +85,7 @@ suite stall mpi-tests/stall.sh
 suite shm-full mpi-tests/shm_full.sh
 suite shm-squat mpi-tests/shm_squat.sh
 suite pidns-jobs mpi-tests/pidns_jobs.sh
+suite force-tcp mpi-tests/force_tcp.sh
 suite soak env SOAK_SECONDS="${SOAK_SECONDS:-60}" mpi-tests/soak.sh
 suite asan scripts/asan.sh
 suite two-node mpi-tests/netns/run.sh

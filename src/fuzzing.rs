@@ -59,6 +59,7 @@ pub fn frame(data: &[u8]) {
 enum Seen {
     Frame(u32, u8, Vec<u8>),
     Goodbye,
+    Abort,
     ReadRequest(crate::net::remote_read::ReadRequest),
 }
 
@@ -72,6 +73,10 @@ fn rx_reference(mut s: &[u8], max_message: u64) -> (Vec<Seen>, RxEnd) {
         s = &s[FRAME_HEADER..];
         if f.kind == frame::KIND_GOODBYE {
             seen.push(Seen::Goodbye);
+            continue;
+        }
+        if f.kind == frame::KIND_ABORT {
+            seen.push(Seen::Abort);
             continue;
         }
         if f.kind == frame::KIND_READ_DATA {
@@ -213,6 +218,7 @@ pub fn tcp_rx(data: &[u8]) {
                 seen.push(Seen::Frame(window, tag, data))
             }
             RxEvent::Goodbye => seen.push(Seen::Goodbye),
+            RxEvent::Abort => seen.push(Seen::Abort),
             RxEvent::Released => {}
             RxEvent::ReadRequest(r) => seen.push(Seen::ReadRequest(r)),
             RxEvent::ReadDone { .. } | RxEvent::ReadMoved => panic!("no read was asked for"),

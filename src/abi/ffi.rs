@@ -174,9 +174,9 @@ pub struct doorbell_config {
     pub wait_mode: u32,
     /// Adaptive mode spins at most this long before sleeping; 0: 50.
     pub spin_us: u32,
-    /// Nonzero: TCP even to same-node tasks.  The endpoint then keeps
-    /// nothing in the shared-memory directory, and its address tells
-    /// same-node tasks to reach it over TCP too.
+    /// Nonzero: TCP even to same-node tasks, and no shared memory at all
+    /// (shm_dir is never touched: it may be missing or read-only).  Other
+    /// tasks then reach this one over TCP too.
     pub force_tcp: u32,
     /// Comma list of interface names or IPv4 CIDR; NULL or "": any.
     pub if_include: *const c_char,
@@ -403,8 +403,12 @@ pub unsafe extern "C" fn doorbell_endpoint_create(cfg: *const doorbell_config, o
     })
 }
 
-/// Flush (bounded), say goodbye to peers, stop the FLIH thread and unlink
-/// every segment this endpoint created.  NULL is accepted.
+/// Deliver what was sent, say goodbye to peers, stop the FLIH thread and
+/// unlink every segment this endpoint created.  Delivery waits, however
+/// long, for receivers that are busy (a TCP peer's kernel acknowledges
+/// every byte; a same-node ring makes room for the sender's backlog); only
+/// a receiver that died or closed ends the wait early.  Peers then see
+/// PEER_CLOSED after the last message.  NULL is accepted.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_endpoint_destroy(ep: *mut doorbell_endpoint) -> c_int {
     guard(|| {
@@ -723,7 +727,8 @@ pub unsafe extern "C" fn doorbell_wait(
 /// Wake (task, window) as if a packet had arrived: a futex wake if it
 /// sleeps, nothing (no syscall) if it is awake; either way its next
 /// progress or wait reports DOORBELL_WOKE_NOTIFY.  `task` may be this task.
-/// UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another node.
+/// UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another
+/// node or one created with force_tcp.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_local_notify(ep: *mut doorbell_endpoint, task: u32, window: u32) -> c_int {
     guard(|| {
@@ -734,7 +739,8 @@ pub unsafe extern "C" fn doorbell_local_notify(ep: *mut doorbell_endpoint, task:
 }
 
 /// Push queued sends until none remain, or TIMED_OUT after `timeout_us`
-/// (< 0: no limit).
+/// (< 0: no limit).  A timeout loses nothing: what is queued stays queued,
+/// and endpoint_destroy delivers it.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_flush(ep: *mut doorbell_endpoint, timeout_us: i64) -> c_int {
     guard(|| {
@@ -742,6 +748,37 @@ pub unsafe extern "C" fn doorbell_flush(ep: *mut doorbell_endpoint, timeout_us: 
         // SAFETY: `ep` is NULL or a live handle (the module's contract).
         unsafe { endpoint(ep) }?.flush(timeout)?;
         Ok(DOORBELL_OK)
+    })
+}
+
+/// This process is ending the job (an abort): tell every peer now, without
+/// waiting for any -- a flag in this task's control segment, a frame ahead
+/// of whatever is queued on each TCP connection, and a connection made for
+/// it to each same-node TCP peer it has none with (all of it given at most
+/// a second, as far as the peers and sockets allow).  A task that hears it
+/// passes it on over its own connections; doorbell_abort_announced then
+/// returns 1 there.  Call it on the abort path, just before the process
+/// exits.  The endpoint stays usable, and endpoint_destroy then delivers
+/// nothing and waits for nobody.  DOORBELL_OK.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_announce_abort(ep: *mut doorbell_endpoint) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        unsafe { endpoint(ep) }?.announce_abort();
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// 1 once this task knows the job is ending: a task announced an abort
+/// (doorbell_announce_abort), to this task or to a task that passed it on;
+/// else 0.  What the TCP connections hold is read first.  A task that gets
+/// PEER_LOST while this is 1 lost that peer to the abort (it was killed
+/// with the job), not to a crash.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_abort_announced(ep: *mut doorbell_endpoint) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        Ok(unsafe { endpoint(ep) }?.abort_announced() as c_int)
     })
 }
 

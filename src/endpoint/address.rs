@@ -4,6 +4,8 @@
 //! `magic u32 | version u16 | flags u16 | task u32 | pid u32 | node_id u64 |
 //!  job_hash u64 | ipv4 [4] | port u16 | pad u16 | secret [16] | shm_token u64`
 //!
+//! No flag is defined yet: a blob with one set is refused.
+//!
 //! The secret keys the TCP handshake (handshake.rs): hand a blob only to
 //! the job's tasks.  The shm token names the task's shared-memory files
 //! (segment.rs); 0: it has none, reach it over TCP.
@@ -56,6 +58,7 @@ impl Address {
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
         let version = u16::from_le_bytes([b[4], b[5]]);
+        let flags = u16::from_le_bytes([b[6], b[7]]);
         let port = u16::from_le_bytes([b[36], b[37]]);
         let a = Address {
             task: u32_at(8),
@@ -66,7 +69,7 @@ impl Address {
             secret: b[40..56].try_into().unwrap(),
             shm_token: u64_at(56),
         };
-        if u32_at(0) != MAGIC || version != VERSION || a.task >= MAX_TASKS || a.pid == 0 || port == 0 {
+        if u32_at(0) != MAGIC || version != VERSION || flags != 0 || a.task >= MAX_TASKS || a.pid == 0 || port == 0 {
             return Err(Error::BadAddress);
         }
         Ok(a)
@@ -90,6 +93,11 @@ mod tests {
         };
         let b = a.encode();
         assert_eq!(Address::decode(&b), Ok(a));
+        let tcp_only = Address { shm_token: 0, ..a };
+        assert_eq!(Address::decode(&tcp_only.encode()), Ok(tcp_only), "no shared memory");
+        let mut bad = b;
+        bad[6] = 1;
+        assert_eq!(Address::decode(&bad), Err(Error::BadAddress), "an unknown flag");
         assert_eq!(Address::decode(&b[..ADDRESS_BYTES - 1]), Err(Error::BadAddress));
         let mut bad = b;
         bad[0] ^= 1;

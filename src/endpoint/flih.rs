@@ -163,7 +163,7 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
                 TOKEN_PID_POLL => inner.poll_pids(),
                 #[cfg(test)]
                 TOKEN_TEST_PANIC => panic!("test hook"),
-                t if t & PID_BIT != 0 => inner.peer_exited((t & !PID_BIT) as u32),
+                t if t & PID_BIT != 0 => inner.process_exited((t & !PID_BIT) as u32),
                 t if t & PENDING_BIT != 0 => handshake_step(inner, &mut pending, t),
                 _ => {}
             }

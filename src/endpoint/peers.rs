@@ -187,7 +187,7 @@ impl Inner {
         match sys::pidfd_open(pid) {
             Ok(fd) => self.watch_pidfd(p.task, fd),
             // Already gone before we could watch it.
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => self.peer_exited(p.task),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => self.process_exited(p.task),
             // No pidfd for a live process (kernel before 5.3, valgrind,
             // EMFILE): that is no loss.  The FLIH checks the pid instead.
             Err(_) => {
@@ -232,7 +232,7 @@ impl Inner {
         self.peers.pid_polls_pending.store(polls.len(), Ordering::Release);
         drop(polls);
         for task in exited {
-            self.peer_exited(task);
+            self.process_exited(task);
         }
     }
 
@@ -266,6 +266,22 @@ impl Inner {
             }
         })?;
         Ok(p.control.get_or_init(|| c))
+    }
+
+    /// A same-host peer's process is gone (its pidfd, a pid poll).  Over
+    /// TCP its connections tell a close from a death: its goodbye comes
+    /// behind everything it sent, which may still wait in a socket for a
+    /// busy reader.  While one of them is open, its end reports the peer
+    /// (path/tcp.rs `conn_readable`); a killed process's sockets end too.
+    pub(crate) fn process_exited(&self, task: u32) {
+        let Ok(p) = self.peer(task) else { return };
+        if !p.local && self.tcp.has_conn_of(task) {
+            if let Some(fd) = lock(&p.pidfd).take() {
+                self.flih.unwatch(&fd);
+            }
+            return;
+        }
+        self.peer_exited(task);
     }
 
     /// A peer's process ended or its connection closed.  A goodbye (TCP),

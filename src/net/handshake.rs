@@ -140,9 +140,15 @@ pub(crate) const CONNECT_STEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Only the listener's FLIH answers, never its application threads, so a
 /// listener busy computing still completes this at once.
 pub(crate) fn greet(s: &mut TcpStream, job_hash: u64, me: u32, listener: u32, key: &Secret) -> io::Result<()> {
+    greet_within(s, job_hash, me, listener, key, CONNECT_STEP_TIMEOUT)
+}
+
+/// `greet`, each step waiting at most `step` (an abort notice has little
+/// time to spend on a connection).
+pub(crate) fn greet_within(s: &mut TcpStream, job_hash: u64, me: u32, listener: u32, key: &Secret, step: Duration) -> io::Result<()> {
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-    s.set_read_timeout(Some(CONNECT_STEP_TIMEOUT))?;
-    s.set_write_timeout(Some(CONNECT_STEP_TIMEOUT))?;
+    s.set_read_timeout(Some(step))?;
+    s.set_write_timeout(Some(step))?;
     let mut ch = [0u8; CHALLENGE_BYTES];
     s.read_exact(&mut ch)?;
     let (task, nonce_l) = parse_challenge(&ch).ok_or_else(|| bad("not a doorbell challenge"))?;

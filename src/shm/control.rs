@@ -29,8 +29,8 @@ pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DBCTRL\0\0");
 /// 2: WindowSlot::notified.  3: unlink_after, mapped_by.  4: inbound
 /// queues (queue_bytes) instead of a ring bitmap per window.  5: 8-byte
 /// record headers (record.rs).  6: light_rings.  7: fast boxes (fbox.rs).
-/// 8: token.
-pub const CONTROL_VERSION: u32 = 8;
+/// 8: token.  9: aborting.
+pub const CONTROL_VERSION: u32 = 9;
 /// Names drawn for a control segment before giving up: each is a fresh
 /// random token, so more than one is taken only by chance.
 const NAME_TRIES: u32 = 16;
@@ -62,7 +62,9 @@ pub struct ControlHeader {
     /// 1: the owner makes bell.rs's heavy barrier before it sleeps, so a
     /// registered sender may ring this task's bells lightly.
     pub light_rings: AtomicU32,
-    _pad0: Pad<4>,
+    /// Set to 1 by the owner when it ends the job (an abort): the losses
+    /// its peers see next are the abort's doing, not crashes.
+    pub aborting: AtomicU32,
     /// The random token in the segment's name (segment.rs), published in
     /// the owner's address: an opener checks it; 0 for a private segment.
     pub token: AtomicU64,
@@ -93,6 +95,7 @@ const _: () = assert!(std::mem::offset_of!(ControlHeader, owner_pid) == 12, "shm
 const _: () = assert!(std::mem::offset_of!(ControlHeader, mapped_by) == 32);
 const _: () = assert!(std::mem::offset_of!(ControlHeader, queue_bytes) == 36);
 const _: () = assert!(std::mem::offset_of!(ControlHeader, token) == 48);
+const _: () = assert!(std::mem::offset_of!(ControlHeader, aborting) == 44);
 const _: () = assert!(std::mem::size_of::<WindowSlot>() == 64);
 
 pub const HEADER_BYTES: usize = 64;
@@ -160,13 +163,14 @@ impl Control {
         Err(Error::Shm)
     }
 
-    /// A control segment only this process maps (Segment::private): the
-    /// bells and windows of an endpoint without shared memory, whose
-    /// peers all reach it over TCP.  Its queues take only their header's
-    /// room and what nobody sends.
+    /// A control segment in this process's private memory, with no file
+    /// (Segment::private): the bells and windows of an endpoint without
+    /// shared memory (force_tcp), whose peers all reach it over TCP and
+    /// never map it.  Its queues take only their header's room and what
+    /// nobody sends.
     pub fn create_private(task: u32) -> Result<Control> {
         let qb = 4096;
-        Control::init(Segment::private(file_len(qb), queue_at(1, qb))?, qb, task, Some(0), 0)
+        Control::init(Segment::private(file_len(qb))?, qb, task, Some(0), 0)
     }
 
     fn init(seg: Segment, qb: u64, task: u32, peers: Option<u32>, token: u64) -> Result<Control> {

@@ -1,4 +1,5 @@
-//! Shared-memory segments: a file in the shm directory, mapped MAP_SHARED.
+//! Shared-memory segments: a file in the shm directory, mapped MAP_SHARED
+//! (or, for an endpoint nobody maps, private memory: `Segment::private`).
 //!
 //! A segment owns its mapping and knows whether it must unlink its file
 //! when dropped.  Layout types placed in a segment implement `ShmSafe`.
@@ -220,16 +221,11 @@ impl Segment {
         }
     }
 
-    /// A segment no other process can open: an unnamed file (memfd), for
-    /// an endpoint that has no shared memory but keeps the same layout for
-    /// its own bells.  Reserved like `create_reserving`'s.
-    pub fn private(len: usize, reserve: usize) -> Result<Segment> {
-        let fd = nix::sys::memfd::memfd_create(c"doorbell-private", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
-            .map_err(|e| Error::shm(e.into()))?;
-        let file = File::from(fd);
-        file.set_len(len as u64).map_err(Error::shm)?;
-        posix_fallocate(&file, 0, reserve.min(len) as libc::off_t).map_err(|e| Error::shm(e.into()))?;
-        Ok(Segment { map: map(&file)?, path: PathBuf::new(), file_id: file_id(&file)?, unlink_on_drop: false, held_file: Some(file) })
+    /// A segment of `len` zeroed bytes in this process's private memory,
+    /// with no file (and an empty path): for an endpoint that no other
+    /// process maps (force_tcp), which then needs no shm directory at all.
+    pub fn private(len: usize) -> Result<Segment> {
+        Ok(Segment { map: map_private(len)?, path: PathBuf::new(), file_id: (0, 0), unlink_on_drop: false, held_file: None })
     }
 
     /// Map an existing segment of at least `min_len` bytes (no symlink
@@ -284,10 +280,14 @@ impl Segment {
     /// Reserve bytes `off..off + len` of a segment we created and hold
     /// (`Owner::Locked`): from now on touching them cannot SIGBUS.
     pub fn reserve_range(&self, off: usize, len: usize) -> Result<()> {
-        let file = self.held_file.as_ref().ok_or(Error::Internal)?;
         if off.checked_add(len).is_none_or(|end| end > self.len()) {
             return Err(Error::Internal);
         }
+        // Private memory (`private`) has no tmpfs blocks to run out of.
+        if self.path.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let file = self.held_file.as_ref().ok_or(Error::Internal)?;
         posix_fallocate(file, off as libc::off_t, len as libc::off_t).map_err(|e| Error::shm(e.into()))
     }
 
@@ -405,10 +405,31 @@ mod miri_map {
         blocks.push((key, MmapRaw { ptr, len: len.max(1) }));
         Ok(MmapRaw { ptr, len })
     }
+
+    /// A zeroed, page-aligned block of its own, never freed.
+    pub fn private(len: usize) -> std::io::Result<MmapRaw> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(std::io::ErrorKind::OutOfMemory.into());
+        }
+        Ok(MmapRaw { ptr, len })
+    }
+}
+
+#[cfg(not(miri))]
+fn map_private(len: usize) -> Result<MmapRaw> {
+    memmap2::MmapOptions::new().len(len).map_anon().map(MmapRaw::from).map_err(Error::shm)
 }
 
 #[cfg(miri)]
 use miri_map::MmapRaw;
+
+#[cfg(miri)]
+fn map_private(len: usize) -> Result<MmapRaw> {
+    miri_map::private(len).map_err(Error::shm)
+}
 
 #[cfg(miri)]
 fn map(file: &File) -> Result<MmapRaw> {
@@ -672,9 +693,8 @@ mod tests {
 
     /// A private segment has no name in any directory and maps like any.
     #[test]
-    #[cfg_attr(miri, ignore = "memfd_create")]
     fn a_private_segment_has_no_name() {
-        let seg = Segment::private(8192, 4096).unwrap();
+        let seg = Segment::private(8192).unwrap();
         assert_eq!(seg.len(), 8192);
         assert!(seg.path.as_os_str().is_empty());
         seg.reserve_range(4096, 4096).unwrap();

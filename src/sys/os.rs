@@ -4,8 +4,10 @@
 //! io::Result (or nothing, where failure only means "go around the loop
 //! again").
 //!
-//! nix lacks: futex(2) on a shared word, membarrier(2), pidfd_open(2), and
-//! a recv into a buffer's uninitialised spare capacity (recv_append).
+//! nix lacks: futex(2) on a shared word, membarrier(2), pidfd_open(2), a
+//! recv into a buffer's uninitialised spare capacity (recv_append) and a
+//! socket's unacknowledged bytes (SIOCOUTQ); poll(2) is here because the
+//! build leaves nix's out.
 //!
 //! Costs: the calls on the message path (epoll_wait, recv, sendmsg) go
 //! through syscall(2), not the glibc wrappers that nix calls: in a process
@@ -265,6 +267,27 @@ pub fn random_nonzero_u64() -> io::Result<u64> {
         if v != 0 {
             return Ok(v);
         }
+    }
+}
+
+/// Bytes written to a TCP socket that its peer's kernel has not
+/// acknowledged yet (SIOCOUTQ); after a shutdown of the write side the
+/// FIN counts as one.
+pub fn tcp_unacked(fd: RawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int to the pointer given.
+    syscall!(unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut libc::c_int) })?;
+    Ok(n.max(0) as usize)
+}
+
+/// poll(2) on `fds` for up to `timeout_ms`; the number of ready entries
+/// (0 on timeout or a signal).
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: `fds` is a valid array of pollfd for its length.
+    match syscall!(unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) }) {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+        Err(e) => Err(e),
     }
 }
 
