@@ -16,6 +16,9 @@
  *     sent before the close;
  *   - both directions: each sends 100 B and 1 MiB to the other; task 1
  *     reads task 0's, closes and exits, then task 0 reads task 1's;
+ *   - the ring full: 20,000 messages of 100 B (more than the ring holds;
+ *     the rest waits in the sender's backlog) against a receiver busy for
+ *     3 s: the sender's destroy waits for room, however long it takes;
  *   - SIGKILL instead of a close: the receiver gets PEER_LOST, not
  *     PEER_CLOSED;
  *   - the other way round, the receiver closes first: the sender is told
@@ -36,8 +39,10 @@
 
 #define SMALL 100
 #define LARGE (1u << 20)
+#define RING_FILL 20000
+#define BUSY_S 3.0
 
-enum kind { FIRST_MESSAGE, RING_IN_USE, BOTH_WAYS, KILLED, RECEIVER_CLOSED };
+enum kind { FIRST_MESSAGE, RING_IN_USE, BOTH_WAYS, RING_FULL, KILLED, RECEIVER_CLOSED };
 
 struct scenario {
   const char *name;
@@ -128,7 +133,7 @@ static void judge(const struct scenario *sc, const struct tally *t, int want, in
 
 static int receiver(doorbell_endpoint *ep, const dbt_peer *peers, const struct scenario *sc) {
   struct tally t = {.from = 1};
-  int want = sc->kind == RING_IN_USE ? 2 : sc->kind == BOTH_WAYS ? 2 : 1;
+  int want = sc->kind == RING_IN_USE ? 2 : sc->kind == BOTH_WAYS ? 2 : sc->kind == RING_FULL ? RING_FILL : 1;
   if (sc->kind == BOTH_WAYS) {
     /* Task 1 sends only after this barrier, so it all arrives below. */
     send_one(ep, 1, SMALL, 1, &t);
@@ -144,6 +149,14 @@ static int receiver(doorbell_endpoint *ep, const dbt_peer *peers, const struct s
      * same progress pass. */
     dbt_check(t.msgs >= 1, "%s: the first message arrived while the sender lives (%d)", sc->name,
               t.msgs);
+  }
+  if (sc->kind == RING_FULL) {
+    dbt_barrier(); /* the sender has queued everything; it destroys next */
+    double end = dbt_now() + BUSY_S;
+    while (dbt_now() < end) usleep(10000); /* busy: no progress */
+    collect(ep, &t, want, 1, 60);
+    judge(sc, &t, want, 0);
+    return 0;
   }
   dbt_barrier(); /* the sender has sent, flushed and destroyed its endpoint */
   wait_gone(peers[1].pid);
@@ -177,6 +190,18 @@ static int sender(doorbell_endpoint *ep, const struct scenario *sc) {
     send_one(ep, 0, SMALL, 1, &t);
     send_one(ep, 0, LARGE, 2, &t);
     break;
+  case RING_FULL: {
+    uint8_t buf[SMALL];
+    int bad = 0;
+    for (int i = 0; i < RING_FILL; i++) {
+      dbt_fill(buf, SMALL, seed_of(SMALL, (uint8_t)i));
+      bad += dbt_send_retry(ep, 0, 0, (uint8_t)i, buf, SMALL, &w0, 1, on_msg, &t, NULL) != DOORBELL_OK;
+    }
+    dbt_check(bad == 0, "%s: %d sends of 100 B (%d failed)", sc->name, RING_FILL, bad);
+    dbt_barrier();
+    dbt_check_rc(doorbell_endpoint_destroy(ep), DOORBELL_OK, "%s: sender endpoint_destroy", sc->name);
+    return 0;
+  }
   case RECEIVER_CLOSED: /* send_to_closed */
     break;
   }
@@ -273,6 +298,7 @@ int main(void) {
       {"first message 1 MiB (bulk), receive-only (no connect)", FIRST_MESSAGE, LARGE, 0, NULL},
       {"ring in use, then 1 MiB (new bulk file)", RING_IN_USE, 0, 1, NULL},
       {"both directions, 100 B + 1 MiB each way", BOTH_WAYS, 0, 1, NULL},
+      {"ring full, receiver busy 3 s", RING_FULL, SMALL, 1, NULL},
       {"SIGKILL after send and flush", KILLED, SMALL, 1, NULL},
       {"the receiver closes first", RECEIVER_CLOSED, 0, 1, NULL},
   };

@@ -94,9 +94,9 @@
 #define DOORBELL_ERR_SHM_REFUSED -15
 
 /*
- Another live endpoint on this node uses the same job key and task (for
- example two programs with the default job key "doorbell"); stderr names
- its control file.  Pass a job key of your own.
+ Kept for compatibility; no call returns it now.  (Two live endpoints
+ with the same job key and task once collided on one file; every
+ endpoint now names its files after a random token of its own.)
  */
 #define DOORBELL_ERR_IN_USE -16
 
@@ -249,6 +249,8 @@
  */
 #define DOORBELL_QUEUE_HEADER_BYTES 70016
 
+#define KIND_ABORT 4
+
 /*
  Opaque per-process endpoint.  Any thread may send; each window should be
  progressed by one thread at a time (a concurrent progress of the same
@@ -290,7 +292,9 @@ typedef struct doorbell_config {
    */
   uint32_t spin_us;
   /*
-   Nonzero: TCP even to same-node tasks.
+   Nonzero: TCP even to same-node tasks, and no shared memory at all
+   (shm_dir is never touched: it may be missing or read-only).  Other
+   tasks then reach this one over TCP too.
    */
   uint32_t force_tcp;
   /*
@@ -487,27 +491,32 @@ extern "C" {
 
 /*
  Fill `*cfg` with defaults (task 0, node_id 0, job "doorbell").  The
- default job key is the same in every program: a second program that
- creates an endpoint with it and a task a live one uses on this node gets
- DOORBELL_ERR_IN_USE (it never shares the first one's segments); programs
- that may run side by side should pass a job key of their own.
+ default job key is the same in every program, which does no harm: every
+ endpoint names its shared-memory files after a random token of its own
+ (in its address blob), so programs side by side never share a file.
+ The key labels the files and keys the TCP handshake.
  */
 int doorbell_config_init(struct doorbell_config *cfg);
 
 /*
  Create the endpoint: control segment, TCP listener, FLIH thread; window 0
- is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE (no room in the
- shared-memory directory for the control segment with window 0's queue:
- DOORBELL_CONTROL_BYTES + DOORBELL_QUEUE_HEADER_BYTES + ring_bytes), SHM, SHM_REFUSED (a
- symlink or foreign file at the control segment's name), IN_USE (a live
- endpoint has the same job key and task on this node), NO_INTERFACE,
- NETWORK.
+ is open.  The control segment's name carries a random token: a name
+ somebody else took costs a fresh one, never the endpoint.  Errors:
+ INVALID_ARGUMENT, NO_SHM_SPACE (no room in the shared-memory directory
+ for the control segment with window 0's queue: DOORBELL_CONTROL_BYTES +
+ DOORBELL_QUEUE_HEADER_BYTES + ring_bytes; with force_tcp set the
+ endpoint needs no room there, so a caller may go on that way), SHM,
+ NO_INTERFACE, NETWORK.
  */
 int doorbell_endpoint_create(const struct doorbell_config *cfg, struct doorbell_endpoint **out);
 
 /*
- Flush (bounded), say goodbye to peers, stop the FLIH thread and unlink
- every segment this endpoint created.  NULL is accepted.
+ Deliver what was sent, say goodbye to peers, stop the FLIH thread and
+ unlink every segment this endpoint created.  Delivery waits, however
+ long, for receivers that are busy (a TCP peer's kernel acknowledges
+ every byte; a same-node ring makes room for the sender's backlog); only
+ a receiver that died or closed ends the wait early.  Peers then see
+ PEER_CLOSED after the last message.  NULL is accepted.
  */
 int doorbell_endpoint_destroy(struct doorbell_endpoint *ep);
 
@@ -516,7 +525,9 @@ int doorbell_endpoint_destroy(struct doorbell_endpoint *ep);
  length out.  BUFFER_TOO_SMALL if the capacity is short.  The blob holds
  this endpoint's random 128-bit TCP secret: a task may connect over TCP
  only by proving it knows it (a challenge and a keyed hash; the secret
- never crosses the network).  Hand the blob only to the job's tasks.
+ never crosses the network).  Hand the blob only to the job's tasks.  It
+ also holds the random token that names the endpoint's shared-memory
+ files: same-node peers find them through it.
  */
 int doorbell_address(const struct doorbell_endpoint *ep, uint8_t *buf, size_t *len);
 
@@ -529,8 +540,8 @@ int doorbell_connect(struct doorbell_endpoint *ep, const uint8_t *blob, size_t l
 
 /*
  DOORBELL_PATH_SHM (1) if `task` is reached over shared memory (every
- same-node task, unless force_tcp), DOORBELL_PATH_TCP (2) over TCP;
- UNKNOWN_TASK.
+ same-node task, unless either side has force_tcp set),
+ DOORBELL_PATH_TCP (2) over TCP; UNKNOWN_TASK.
  */
 int doorbell_peer_path(const struct doorbell_endpoint *ep, uint32_t task);
 
@@ -614,15 +625,39 @@ int doorbell_wait(struct doorbell_endpoint *ep, uint32_t window, uint32_t mode, 
  Wake (task, window) as if a packet had arrived: a futex wake if it
  sleeps, nothing (no syscall) if it is awake; either way its next
  progress or wait reports DOORBELL_WOKE_NOTIFY.  `task` may be this task.
- UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another node.
+ UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another
+ node or one created with force_tcp.
  */
 int doorbell_local_notify(struct doorbell_endpoint *ep, uint32_t task, uint32_t window);
 
 /*
  Push queued sends until none remain, or TIMED_OUT after `timeout_us`
- (< 0: no limit).
+ (< 0: no limit).  A timeout loses nothing: what is queued stays queued,
+ and endpoint_destroy delivers it.
  */
 int doorbell_flush(struct doorbell_endpoint *ep, int64_t timeout_us);
+
+/*
+ This process is ending the job (an abort): tell every peer now, without
+ waiting for any -- a flag in this task's control segment, a frame ahead
+ of whatever is queued on each TCP connection, and a connection made for
+ it to each same-node TCP peer it has none with (all of it given at most
+ a second, as far as the peers and sockets allow).  A task that hears it
+ passes it on over its own connections; doorbell_abort_announced then
+ returns 1 there.  Call it on the abort path, just before the process
+ exits.  The endpoint stays usable, and endpoint_destroy then delivers
+ nothing and waits for nobody.  DOORBELL_OK.
+ */
+int doorbell_announce_abort(struct doorbell_endpoint *ep);
+
+/*
+ 1 once this task knows the job is ending: a task announced an abort
+ (doorbell_announce_abort), to this task or to a task that passed it on;
+ else 0.  What the TCP connections hold is read first.  A task that gets
+ PEER_LOST while this is 1 lost that peer to the abort (it was killed
+ with the job), not to a crash.
+ */
+int doorbell_abort_announced(struct doorbell_endpoint *ep);
 
 /*
  Open a send batch on the calling thread: until the matching

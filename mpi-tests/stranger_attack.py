@@ -9,8 +9,9 @@ btl_doorbell_if_include lo; Open MPI's own listeners are elsewhere), waits
 --delay seconds so the job's own connections are up, then visits every such
 port the way a stranger on the node would:
 
-  1. the old protocol's hello for task 0 (its job hash is FNV-1a of
-     "ompi.u<uid>.j<jobid>", computable by anyone who can see the job id),
+  1. the old protocol's hello for task 0 (its job hash is FNV-1a of the
+     component's job key, computable by anyone who can read a rank's
+     environment),
      then a frame with a well-formed ob1 match header claiming rank 1, then close;
   2. the same claiming task 1, plus a goodbye frame;
   3. the same claiming task 9999 (not a rank);
@@ -28,8 +29,7 @@ import sys
 import time
 
 
-def fnv1a(data):
-    h = 0xCBF29CE484222325
+def fnv1a(data, h=0xCBF29CE484222325):
     for b in data:
         h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return h
@@ -72,14 +72,19 @@ def loopback_listen_ports(pid):
 
 
 def job_key(pid):
+    """The component's job key (btl_doorbell_component.c job_key)."""
     try:
         env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
     except OSError:  # the process is gone
         return "unknown"
-    for kv in env:
-        if kv.startswith(b"OMPI_MCA_ess_base_jobid="):
-            return "ompi.u%d.j%08x" % (os.getuid(), int(kv.split(b"=", 1)[1]))
-    return "unknown"
+    env = dict(kv.split(b"=", 1) for kv in env if b"=" in kv)
+    if b"OMPI_MCA_ess_base_jobid" not in env:
+        return "unknown"
+    jobid = int(env[b"OMPI_MCA_ess_base_jobid"])
+    h = fnv1a(struct.pack("<I", jobid))
+    for name in (b"PMIX_NAMESPACE", b"OMPI_MCA_orte_precondition_transports"):
+        h = fnv1a(env.get(name, b"") + b"\0", h)
+    return "ompi.u%d.j%08x.%012x" % (os.getuid(), jobid, h >> 16)
 
 
 def old_hello(task, key):

@@ -74,6 +74,11 @@ typedef struct mca_btl_doorbell_component_t {
     int output;                 /* opal_output stream, verbosity = verbose */
     bool help_file_found;       /* else fall back to plain opal_output */
     struct mca_btl_doorbell_module_t *module;   /* NULL until init succeeds */
+    /* no room in the shared-memory directory: this rank's core runs
+     * without shared memory, every pair of it goes over TCP */
+    bool no_room;
+    int roomless_peers;         /* same-node peers with no room, seen by add_procs */
+    bool room_told;             /* the node's one warning about them is out */
 } mca_btl_doorbell_component_t;
 
 OPAL_MODULE_DECLSPEC extern mca_btl_doorbell_component_t mca_btl_doorbell_component;
@@ -213,7 +218,12 @@ static inline bool mca_btl_doorbell_is_corrupt(int rc)
 typedef struct {
     uint64_t pid;
     uint64_t probe_address;     /* &mca_btl_doorbell_cma_probe_word */
+    uint32_t flags;             /* MCA_BTL_DOORBELL_MODEX_* */
+    uint32_t pad;
 } mca_btl_doorbell_modex_head_t;
+
+/* The rank found no room for its shared memory: its pairs go over TCP. */
+#define MCA_BTL_DOORBELL_MODEX_NO_ROOM 1u
 
 extern const uint64_t mca_btl_doorbell_cma_probe_word;
 /* true if this process can read the peer's memory */
@@ -289,6 +299,9 @@ int mca_btl_doorbell_modex_recv(const struct opal_proc_t *proc, uint8_t **blob, 
 /* true once MPI_Finalize has begun: peers may then exit at any moment and
  * their departure is not an error */
 bool mca_btl_doorbell_mpi_finalizing(void);
+/* Local rank 0's one warning: `without` ranks of this node found no room
+ * for their shared memory (their pairs go over TCP). */
+void mca_btl_doorbell_tell_no_room(int without);
 
 /* CLOCK_MONOTONIC in nanoseconds (vDSO: no syscall) */
 uint64_t mca_btl_doorbell_now_ns(void);

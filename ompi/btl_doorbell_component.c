@@ -35,6 +35,11 @@
 #include "ompi/runtime/mpiruntime.h"
 #pragma weak ompi_mpi_state
 
+/* orte_ess lives in libopen-rte, likewise loaded; weak for the same
+ * reason (then no abort is announced). */
+#include "orte/mca/ess/ess.h"
+#pragma weak orte_ess
+
 #define HELP_FILE "help-mpi-btl-doorbell.txt"
 
 static int doorbell_component_register(void);
@@ -190,6 +195,38 @@ static uint64_t node_hash(const char *name)
         h *= 0x100000001b3ull;
     }
     return h;
+}
+
+static uint64_t fnv1a_more(uint64_t h, const void *bytes, size_t len)
+{
+    for (const unsigned char *p = bytes; len--; ++p) {
+        h ^= *p;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* The job key: Open MPI's own identity of the job -- the uid, the jobid
+ * (readable in the file names, for people and test scripts), and a 48-bit
+ * hash of the jobid, the PMIx namespace and the random per-job key mpirun
+ * hands every rank for transports to tell jobs apart by
+ * (orte_precondition_transports).  Every rank of the job computes the
+ * same, at most 39 characters.  The key only labels the job's files: jobs
+ * Open MPI itself cannot tell apart (two pid namespaces sharing /dev/shm
+ * and a hostname give the same jobid) still never share one, because the
+ * core names a rank's files after a random token of its own and makes
+ * them with O_EXCL. */
+static void job_key(char *out, size_t len, opal_jobid_t jobid)
+{
+    const char *parts[] = {getenv("PMIX_NAMESPACE"), getenv("OMPI_MCA_orte_precondition_transports")};
+    uint64_t h = fnv1a_more(0xcbf29ce484222325ull, &jobid, sizeof(jobid));
+
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); ++i) {
+        const char *p = parts[i] ? parts[i] : "";
+        h = fnv1a_more(h, p, strlen(p) + 1);
+    }
+    snprintf(out, len, "ompi.u%u.j%08x.%012llx", (unsigned) getuid(), (unsigned) jobid,
+             (unsigned long long) (h >> 16));
 }
 
 /* Look for the help file next to this .so (make install puts it there),
@@ -470,12 +507,46 @@ static int doorbell_component_open(void)
     return OPAL_SUCCESS;
 }
 
+/* Every abort of an MPI process ends in orte_ess.abort: MPI_Abort, an
+ * error handler that aborts, ompi_rte_abort.  Its peers are killed by the
+ * runtime moments later, and each of them may first see this process, or
+ * another victim, vanish: tell them now that the job is ending, so they
+ * take those losses for the abort's doing, not for crashes
+ * (mca_btl_doorbell_peer_lost). */
+static orte_ess_base_module_abort_fn_t ess_abort_saved;
+
+static void ess_abort_announcing(int status, bool report)
+{
+    mca_btl_doorbell_module_t *m = mca_btl_doorbell_component.module;
+
+    if (NULL != m && NULL != m->core) {
+        (void) doorbell_announce_abort(m->core);
+    }
+    ess_abort_saved(status, report);
+}
+
+static void abort_hook_install(void)
+{
+    if (&orte_ess != NULL && NULL != orte_ess.abort && ess_abort_announcing != orte_ess.abort) {
+        ess_abort_saved = orte_ess.abort;
+        orte_ess.abort = ess_abort_announcing;
+    }
+}
+
+static void abort_hook_uninstall(void)
+{
+    if (&orte_ess != NULL && ess_abort_announcing == orte_ess.abort) {
+        orte_ess.abort = ess_abort_saved;
+    }
+}
+
 static int doorbell_component_close(void)
 {
     mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
 
-    /* before this .so can be unloaded: no slot may point into it */
+    /* before this .so can be unloaded: no slot or hook may point into it */
     mca_btl_doorbell_idle_uninstall();
+    abort_hook_uninstall();
     if (c->output >= 0) {
         opal_output_close(c->output);
         c->output = -1;
@@ -563,8 +634,9 @@ static bool validate_params(void)
         (c->ring_size < 4096 || c->ring_size > (1u << 30) || (c->ring_size & (c->ring_size - 1)))) {
         BAD("ring_size", "%u", c->ring_size, "must be 0 or a power of 2 from 4096 to 1073741824");
     }
-    /* (force_tcp too: every rank keeps its control segment there) */
-    {
+    /* force_tcp uses no shared memory (the core keeps the control segment
+     * in private memory): the directory may be read-only or missing. */
+    if (!c->force_tcp) {
         const char *source, *dir = shm_dir(&source), *why = bad_shm_dir(dir);
         if (NULL != why) {
             mca_btl_doorbell_show_help(true, "bad-shm-dir",
@@ -608,6 +680,31 @@ static bool validate_params(void)
     return true;
 }
 
+/* What a rank's control segment and inbound queue take in the shared-memory
+ * directory: a tmpfs charges whole pages. */
+static unsigned long control_bytes(void)
+{
+    mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
+    unsigned long page = (unsigned long) sysconf(_SC_PAGESIZE);
+
+    return (DOORBELL_CONTROL_BYTES + DOORBELL_QUEUE_HEADER_BYTES +
+            (c->ring_size ? c->ring_size : 1ul << 19) + page - 1) / page * page;
+}
+
+void mca_btl_doorbell_tell_no_room(int without)
+{
+    const char *host = opal_process_info.nodename ? opal_process_info.nodename : "?";
+    const char *source, *dir = shm_dir(&source);
+
+    mca_btl_doorbell_show_help(true, "no-shm-room",
+                               "%d of the %d ranks on host %s found no room in the "
+                               "shared-memory directory %s for their %lu-byte control segment; "
+                               "their pairs go over doorbell's TCP, the others' over shared "
+                               "memory",
+                               without, 1 + opal_process_info.num_local_peers, host, dir,
+                               control_bytes());
+}
+
 /* Core errors from endpoint_create, told in the user's terms. */
 static void explain_create_failure(int rc)
 {
@@ -625,11 +722,8 @@ static void explain_create_failure(int rc)
         break;
     case DOORBELL_ERR_NO_SHM_SPACE: {
         /* Every rank that fails says so: the others may have found room. */
-        /* what a tmpfs charges: whole pages */
         const char *source, *dir = shm_dir(&source);
-        unsigned long page = (unsigned long) sysconf(_SC_PAGESIZE);
-        unsigned long control = (DOORBELL_CONTROL_BYTES + DOORBELL_QUEUE_HEADER_BYTES +
-                                 (c->ring_size ? c->ring_size : 1ul << 19) + page - 1) / page * page;
+        unsigned long control = control_bytes();
         unsigned long ranks = 1 + opal_process_info.num_local_peers;
         mca_btl_doorbell_show_help(false, "no-shm-space",
                                    "no room in the shared-memory directory %s on host %s for "
@@ -705,9 +799,7 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
         return NULL;
     }
 
-    /* One key per mpirun job and user: every rank of the job computes the
-     * same string, two concurrent jobs (or users) never share segments. */
-    snprintf(job, sizeof(job), "ompi.u%u.j%08x", (unsigned) getuid(), (unsigned) me.jobid);
+    job_key(job, sizeof(job), me.jobid);
 
     cfg.task = me.vpid;
     cfg.node_id = node_hash(opal_process_info.nodename);
@@ -735,7 +827,7 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
     /* Every local peer maps this rank's control segment when add_procs
      * connects it (Open MPI adds local peers at MPI_Init); the last one
      * removes its name, so a rank killed later leaves no file behind.  Over
-     * TCP nobody maps it: the name goes at once. */
+     * TCP nobody maps it: it has no file at all. */
     cfg.local_peers = c->force_tcp ? 0 : (int32_t) opal_process_info.num_local_peers;
     if (c->port_min > 0) {
         int range = c->port_range > 0 ? c->port_range : 65536 - c->port_min;
@@ -750,7 +842,21 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
                         cfg.task, cfg.job, opal_process_info.nodename,
                         (unsigned long long) cfg.node_id, c->wait_mode, (int) cfg.force_tcp);
 
+    c->no_room = false;
     rc = doorbell_endpoint_create(&cfg, &core);
+    if (DOORBELL_ERR_NO_SHM_SPACE == rc && !cfg.force_tcp) {
+        /* No room for this rank's control segment: the rank goes on without
+         * shared memory, and every pair of it over the core's TCP.  Its
+         * modex says so; local rank 0 tells the user once (add_procs). */
+        cfg.force_tcp = 1;
+        cfg.local_peers = 0;
+        rc = doorbell_endpoint_create(&cfg, &core);
+        c->no_room = DOORBELL_OK == rc;
+        opal_output_verbose(1, c->output,
+                            "btl doorbell: rank %u: no room in the shared-memory directory; "
+                            "its pairs go over TCP",
+                            cfg.task);
+    }
     if (DOORBELL_OK != rc || NULL == core) {
         explain_create_failure(DOORBELL_OK != rc ? rc : DOORBELL_ERR_INTERNAL);
         return NULL;
@@ -774,6 +880,7 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
     mca_btl_doorbell_modex_head_t head = {
         .pid = (uint64_t) getpid(),
         .probe_address = (uint64_t) (uintptr_t) &mca_btl_doorbell_cma_probe_word,
+        .flags = c->no_room ? MCA_BTL_DOORBELL_MODEX_NO_ROOM : 0,
     };
     memcpy(modex, &head, sizeof(head));
     memcpy(modex + sizeof(head), blob, blob_len);
@@ -845,6 +952,7 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
         /* cleared again by add_procs for a peer that cannot be read */
         mca_btl_doorbell_module.super.btl_flags |= MCA_BTL_FLAGS_GET;
     }
+    abort_hook_install();
     if (DOORBELL_WAIT_POLL != c->wait_mode && !mca_btl_doorbell_idle_install()) {
         opal_output_verbose(1, c->output,
                             "btl doorbell: cannot hook Open MPI's idle point (sched_yield in "

@@ -183,7 +183,7 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
     size_t blob_len = 0;
     uint32_t task = UINT32_MAX;
     int rc, path;
-    bool ompi_local, core_local;
+    bool ompi_local, core_local, no_room;
 
     if (proc->proc_name.jobid != OPAL_PROC_MY_NAME.jobid) {
         /* task ids are vpids, unique only within one job */
@@ -249,7 +249,13 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
      * selection with it. */
     ompi_local = OPAL_PROC_ON_LOCAL_NODE(proc->proc_flags);
     core_local = (1 == path);
-    if (!c->force_tcp && ompi_local != core_local) {
+    no_room = c->no_room || (head.flags & MCA_BTL_DOORBELL_MODEX_NO_ROOM);
+    if (ompi_local && proc->proc_name.vpid != OPAL_PROC_MY_NAME.vpid &&
+        (head.flags & MCA_BTL_DOORBELL_MODEX_NO_ROOM)) {
+        c->roomless_peers++;
+    }
+    /* (a rank without room is reached over TCP on purpose) */
+    if (!c->force_tcp && !no_room && ompi_local != core_local) {
         opal_output(0, "btl doorbell: warning: Open MPI says %s is %s this node but the "
                        "doorbell core reaches it over %s",
                     OPAL_NAME_PRINT(proc->proc_name), ompi_local ? "on" : "not on",
@@ -293,6 +299,7 @@ int mca_btl_doorbell_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                                struct mca_btl_base_endpoint_t **endpoints,
                                struct opal_bitmap_t *reachable)
 {
+    mca_btl_doorbell_component_t *c = &mca_btl_doorbell_component;
     mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) btl;
     int rc = OPAL_SUCCESS;
 
@@ -308,6 +315,12 @@ int mca_btl_doorbell_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                 break;
             }
         }
+    }
+    /* Open MPI adds every same-node peer at MPI_Init: local rank 0 knows
+     * by now which ranks here found no room, and says so once. */
+    if (!c->room_told && 0 == opal_process_info.my_local_rank && (c->no_room || c->roomless_peers > 0)) {
+        c->room_told = true;
+        mca_btl_doorbell_tell_no_room(c->roomless_peers + (c->no_room ? 1 : 0));
     }
     OPAL_THREAD_UNLOCK(&module->main->lock);
     return rc;
@@ -532,6 +545,15 @@ static void peer_failed(mca_btl_doorbell_module_t *module, uint32_t task, bool l
                             task);
         return;
     }
+    /* A rank announced an abort (the component's orte_ess.abort hook): the
+     * runtime is killing the job, this rank too, and the peer went with
+     * it.  Not a crash: nothing to report. */
+    if (NULL != module->core && doorbell_abort_announced(module->core) > 0) {
+        opal_output_verbose(10, mca_btl_doorbell_component.output,
+                            "btl doorbell: rank %u: peer %u ended with the job's abort",
+                            module->my_task, task);
+        return;
+    }
 
     snprintf(msg, sizeof(msg), "btl doorbell: rank %u lost peer task %u (%s)", module->my_task, task,
              why);
@@ -542,11 +564,14 @@ static void peer_failed(mca_btl_doorbell_module_t *module, uint32_t task, bool l
                                why);
     /* The abort below skips btl_finalize, so this rank's segments would stay
      * in /dev/shm (peers reap the files only of ranks that die before them).
-     * Destroy now -- unless other threads may be inside the core. */
+     * Destroy now -- unless other threads may be inside the core.  The
+     * abort is announced first: the other ranks stay quiet about the
+     * losses it brings, and the destroy waits for nobody. */
     if (!opal_using_threads() && NULL != module->core) {
         doorbell_endpoint *core = module->core;
         mca_btl_doorbell_component.module = NULL;
         module->core = NULL;
+        (void) doorbell_announce_abort(core);
         (void) doorbell_endpoint_destroy(core);
     }
     {

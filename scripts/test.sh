@@ -8,10 +8,15 @@
 #   4. the Open MPI component: mpi-tests/ over --mca btl self,doorbell
 #   5. the two-node layout (network namespaces) under a real mpirun
 #   6. stall: two-way traffic and progress-source stalls (mpi-tests/stall.sh)
-#   7. shm-full: a shared-memory directory too small for every ring
-#      (mpi-tests/shm_full.sh, private mount namespace)
-#   8. soak: 60 s per path of mixed, checked traffic with SIGSTOPped ranks
-#   9. asan: the C tests and the MPI tests under AddressSanitizer (scripts/asan.sh)
+#   7. shm-full: a shared-memory directory too small for every rank
+#      (mpi-tests/shm_full.sh); shm-squat: another user squats doorbell's
+#      names (mpi-tests/shm_squat.sh); pidns-jobs: two jobs with one job id
+#      in two pid namespaces (mpi-tests/pidns_jobs.sh); each in a private
+#      mount namespace
+#   8. force-tcp: force_tcp with a read-only /dev/shm, and MPI_Abort is
+#      not a lost peer (mpi-tests/force_tcp.sh, private mount namespace)
+#   9. soak: 60 s per path of mixed, checked traffic with SIGSTOPped ranks
+#  10. asan: the C tests and the MPI tests under AddressSanitizer (scripts/asan.sh)
 # Prints each suite's figures and a last line "N passed, M failed".
 # SUITES="name ..." runs only those suites (scripts/test-under-load.sh).
 # The counts are doorbell's own results only: a suite that runs another BTL
@@ -78,6 +83,9 @@ suite component ompi/check.sh
 suite mpi-tests mpi-tests/run.sh
 suite stall mpi-tests/stall.sh
 suite shm-full mpi-tests/shm_full.sh
+suite shm-squat mpi-tests/shm_squat.sh
+suite pidns-jobs mpi-tests/pidns_jobs.sh
+suite force-tcp mpi-tests/force_tcp.sh
 suite soak env SOAK_SECONDS="${SOAK_SECONDS:-60}" mpi-tests/soak.sh
 suite asan scripts/asan.sh
 suite two-node mpi-tests/netns/run.sh

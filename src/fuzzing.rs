@@ -59,6 +59,7 @@ pub fn frame(data: &[u8]) {
 enum Seen {
     Frame(u32, u8, Vec<u8>),
     Goodbye,
+    Abort,
     ReadRequest(crate::net::remote_read::ReadRequest),
 }
 
@@ -72,6 +73,10 @@ fn rx_reference(mut s: &[u8], max_message: u64) -> (Vec<Seen>, RxEnd) {
         s = &s[FRAME_HEADER..];
         if f.kind == frame::KIND_GOODBYE {
             seen.push(Seen::Goodbye);
+            continue;
+        }
+        if f.kind == frame::KIND_ABORT {
+            seen.push(Seen::Abort);
             continue;
         }
         if f.kind == frame::KIND_READ_DATA {
@@ -213,6 +218,7 @@ pub fn tcp_rx(data: &[u8]) {
                 seen.push(Seen::Frame(window, tag, data))
             }
             RxEvent::Goodbye => seen.push(Seen::Goodbye),
+            RxEvent::Abort => seen.push(Seen::Abort),
             RxEvent::Released => {}
             RxEvent::ReadRequest(r) => seen.push(Seen::ReadRequest(r)),
             RxEvent::ReadDone { .. } | RxEvent::ReadMoved => panic!("no read was asked for"),
@@ -266,6 +272,17 @@ fn fill(seg: &Segment, at: usize, bytes: &[u8]) {
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), seg.base().add(at), n) };
 }
 
+/// The token of the receiver whose queue the fuzzer feeds (its bulk files
+/// are named after it and carry it).
+const TOKEN: u64 = 0x5eed_0000_0000_0001;
+
+/// A new segment `dir/name`, in place of what an earlier run that crashed
+/// may have left there.
+fn fresh(dir: &str, name: &str, len: usize) -> Segment {
+    let _ = std::fs::remove_file(format!("{dir}/{name}"));
+    Segment::create(dir, name, len, Owner::Unlocked).ok().flatten().expect("a segment file")
+}
+
 fn queue_file(job: &str) -> String {
     format!("doorbell-{job}-queue")
 }
@@ -280,13 +297,13 @@ pub fn queue(data: &[u8]) -> usize {
     let (dir, job) = ("/dev/shm", fuzz_job());
     let (q_bytes, bulk_bytes) = data.split_at(data.len().min(QUEUE_INPUT));
     let (head, records) = q_bytes.split_at(q_bytes.len().min(QUEUE_HEAD));
-    let seg = Arc::new(Segment::create(dir, &queue_file(&job), QUEUE_FILE, Owner::Unlocked).expect("a queue file"));
+    let seg = Arc::new(fresh(dir, &queue_file(&job), QUEUE_FILE));
     fill(&seg, 0, head);
     fill(&seg, QUEUE_HEADER_BYTES, records);
-    let bulk_seg = Segment::create(dir, &bulk_name(&job, SRC, DST, 0, 0), BULK_FILE, Owner::Unlocked).expect("a bulk file");
+    let bulk_seg = fresh(dir, &bulk_name(&job, TOKEN, SRC, 0, 0), BULK_FILE);
     fill(&bulk_seg, 0, bulk_bytes);
     let q = QueueRef::new(seg, 0, QUEUE_CAPACITY).expect("the queue fits its file");
-    let id = BulkId { dir: dir.into(), job: job.clone(), src: 0, dst: DST, window: 0 };
+    let id = BulkId { dir: dir.into(), job: job.clone(), token: TOKEN, src: 0, dst: DST, window: 0 };
     let Ok(mut c) = QueueConsumer::new(q, id, Config::default().max_message) else { return 0 };
     let mut got: Vec<(usize, usize)> = vec![];
     for _ in 0..4 {
@@ -318,9 +335,9 @@ pub fn queue(data: &[u8]) -> usize {
 /// BULK_SLOT.  For the committed seeds.
 pub fn queue_seed(messages: &[&[u8]]) -> Vec<u8> {
     let (dir, job) = ("/dev/shm", format!("{}seed", fuzz_job()));
-    let seg = Arc::new(Segment::create(dir, &queue_file(&job), QUEUE_FILE, Owner::Unlocked).expect("a queue file"));
+    let seg = Arc::new(fresh(dir, &queue_file(&job), QUEUE_FILE));
     let q = QueueRef::new(seg.clone(), 0, QUEUE_CAPACITY).expect("the queue fits its file");
-    let id = BulkId { dir: dir.into(), job: job.clone(), src: SRC, dst: DST, window: 0 };
+    let id = BulkId { dir: dir.into(), job: job.clone(), token: TOKEN, src: SRC, dst: DST, window: 0 };
     let mut p = QueueProducer::new(q, id, std::process::id(), BULK_SLOT as u64).expect("a producer");
     for m in messages {
         let parts = [*m];
@@ -330,7 +347,7 @@ pub fn queue_seed(messages: &[&[u8]]) -> Vec<u8> {
     let file = std::fs::read(format!("{dir}/{}", queue_file(&job))).expect("the queue file");
     let mut out = file[..QUEUE_HEAD].to_vec();
     out.extend_from_slice(&file[QUEUE_HEADER_BYTES..]);
-    let bulk_path = format!("{dir}/{}", bulk_name(&job, SRC, DST, 0, 0));
+    let bulk_path = format!("{dir}/{}", bulk_name(&job, TOKEN, SRC, 0, 0));
     if let Ok(b) = std::fs::read(&bulk_path) {
         let full_slot = (b.len() - crate::shm::bulk::DATA_OFFSET) / crate::shm::bulk::SLOTS;
         let mut cut = b[..crate::shm::bulk::DATA_OFFSET].to_vec();
@@ -372,6 +389,7 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         job_hash: JOB_HASH,
         tcp: std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 40000),
         secret: KEY,
+        shm_token: 0x5eed,
     };
     let small: Vec<u8> = (0..100u8).collect();
     let bulk2: Vec<u8> = (0..2500u32).map(|i| (i % 251) as u8).collect();

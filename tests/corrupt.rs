@@ -47,7 +47,18 @@ fn header_define(name: &str) -> usize {
 
 /// Task `task`'s control segment, mapped as any process of the user can.
 fn control_file(job: &str, task: u32) -> MmapRaw {
-    let path = format!("{}/doorbell-{job}-c{task}", config(job, task).shm_dir);
+    // doorbell-<job>-<token: 16 hex digits>-c<task>
+    let dir = config(job, task).shm_dir;
+    let (head, tail) = (format!("doorbell-{job}-"), format!("-c{task}"));
+    let named = |n: &str| {
+        n.strip_prefix(&head).and_then(|r| r.strip_suffix(&tail)).is_some_and(|t| t.len() == 16 && t.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    let path = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| named(&e.file_name().to_string_lossy()))
+        .expect("the control file")
+        .path();
     let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).expect("the control file");
     MmapRaw::map_raw(&f).unwrap()
 }

@@ -228,12 +228,13 @@ fn streaming_over(node: u64, total: usize) {
 fn files_of_killed_tasks_are_reaped() {
     let j = job();
     let dir = "/dev/shm";
-    // A child process creates an endpoint and a ring to a task that never
-    // opens it, then is killed: nobody could clean its files.
+    // A child process creates an endpoint, and a sender a bulk buffer for
+    // it that it never maps; then it is killed: nobody could clean its files.
     let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
     let pid = child.id();
-    let ctl = format!("{dir}/doorbell-{j}-c7");
-    let ring = format!("{dir}/doorbell-{j}-r7-8-w0");
+    let stem = format!("{dir}/doorbell-{j}-00000000c0ffee07");
+    let ctl = format!("{stem}-c7");
+    let ring = format!("{stem}-r8-w0-b0");
     let mut head = vec![0u8; 64];
     head[0..8].copy_from_slice(b"DBCTRL\0\0");
     head[12..16].copy_from_slice(&pid.to_le_bytes());
@@ -251,7 +252,7 @@ fn files_of_killed_tasks_are_reaped() {
     child.wait().unwrap();
     let _next = ep(&j, 2, 1);
     assert!(!std::path::Path::new(&ctl).exists(), "the dead task's control segment is reaped");
-    assert!(!std::path::Path::new(&ring).exists(), "and its ring");
+    assert!(!std::path::Path::new(&ring).exists(), "and what was sent to it");
 }
 
 /// A task can send to itself through its own ring.

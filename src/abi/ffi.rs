@@ -55,9 +55,9 @@ pub const DOORBELL_ERR_INTERNAL: c_int = -14;
 /// refused: a symbolic link, not a regular file, owned by another user, or
 /// with group/other permission bits.  stderr names the file and the reason.
 pub const DOORBELL_ERR_SHM_REFUSED: c_int = -15;
-/// Another live endpoint on this node uses the same job key and task (for
-/// example two programs with the default job key "doorbell"); stderr names
-/// its control file.  Pass a job key of your own.
+/// Kept for compatibility; no call returns it now.  (Two live endpoints
+/// with the same job key and task once collided on one file; every
+/// endpoint now names its files after a random token of its own.)
 pub const DOORBELL_ERR_IN_USE: c_int = -16;
 /// The endpoint's event thread (the FLIH: TCP wake-ups, lost-peer
 /// detection) failed; stderr says why.  Every sleeper is woken with it, and
@@ -174,7 +174,9 @@ pub struct doorbell_config {
     pub wait_mode: u32,
     /// Adaptive mode spins at most this long before sleeping; 0: 50.
     pub spin_us: u32,
-    /// Nonzero: TCP even to same-node tasks.
+    /// Nonzero: TCP even to same-node tasks, and no shared memory at all
+    /// (shm_dir is never touched: it may be missing or read-only).  Other
+    /// tasks then reach this one over TCP too.
     pub force_tcp: u32,
     /// Comma list of interface names or IPv4 CIDR; NULL or "": any.
     pub if_include: *const c_char,
@@ -312,10 +314,10 @@ unsafe fn endpoint<'a>(ep: *const doorbell_endpoint) -> Result<&'a Endpoint, Err
 }
 
 /// Fill `*cfg` with defaults (task 0, node_id 0, job "doorbell").  The
-/// default job key is the same in every program: a second program that
-/// creates an endpoint with it and a task a live one uses on this node gets
-/// DOORBELL_ERR_IN_USE (it never shares the first one's segments); programs
-/// that may run side by side should pass a job key of their own.
+/// default job key is the same in every program, which does no harm: every
+/// endpoint names its shared-memory files after a random token of its own
+/// (in its address blob), so programs side by side never share a file.
+/// The key labels the files and keys the TCP handshake.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_config_init(cfg: *mut doorbell_config) -> c_int {
     guard(|| {
@@ -382,12 +384,13 @@ fn config_from_c(c: &doorbell_config) -> Result<Config, Error> {
 }
 
 /// Create the endpoint: control segment, TCP listener, FLIH thread; window 0
-/// is open.  Errors: INVALID_ARGUMENT, NO_SHM_SPACE (no room in the
-/// shared-memory directory for the control segment with window 0's queue:
-/// DOORBELL_CONTROL_BYTES + DOORBELL_QUEUE_HEADER_BYTES + ring_bytes), SHM, SHM_REFUSED (a
-/// symlink or foreign file at the control segment's name), IN_USE (a live
-/// endpoint has the same job key and task on this node), NO_INTERFACE,
-/// NETWORK.
+/// is open.  The control segment's name carries a random token: a name
+/// somebody else took costs a fresh one, never the endpoint.  Errors:
+/// INVALID_ARGUMENT, NO_SHM_SPACE (no room in the shared-memory directory
+/// for the control segment with window 0's queue: DOORBELL_CONTROL_BYTES +
+/// DOORBELL_QUEUE_HEADER_BYTES + ring_bytes; with force_tcp set the
+/// endpoint needs no room there, so a caller may go on that way), SHM,
+/// NO_INTERFACE, NETWORK.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_endpoint_create(cfg: *const doorbell_config, out: *mut *mut doorbell_endpoint) -> c_int {
     guard(|| {
@@ -400,8 +403,12 @@ pub unsafe extern "C" fn doorbell_endpoint_create(cfg: *const doorbell_config, o
     })
 }
 
-/// Flush (bounded), say goodbye to peers, stop the FLIH thread and unlink
-/// every segment this endpoint created.  NULL is accepted.
+/// Deliver what was sent, say goodbye to peers, stop the FLIH thread and
+/// unlink every segment this endpoint created.  Delivery waits, however
+/// long, for receivers that are busy (a TCP peer's kernel acknowledges
+/// every byte; a same-node ring makes room for the sender's backlog); only
+/// a receiver that died or closed ends the wait early.  Peers then see
+/// PEER_CLOSED after the last message.  NULL is accepted.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_endpoint_destroy(ep: *mut doorbell_endpoint) -> c_int {
     guard(|| {
@@ -417,7 +424,9 @@ pub unsafe extern "C" fn doorbell_endpoint_destroy(ep: *mut doorbell_endpoint) -
 /// length out.  BUFFER_TOO_SMALL if the capacity is short.  The blob holds
 /// this endpoint's random 128-bit TCP secret: a task may connect over TCP
 /// only by proving it knows it (a challenge and a keyed hash; the secret
-/// never crosses the network).  Hand the blob only to the job's tasks.
+/// never crosses the network).  Hand the blob only to the job's tasks.  It
+/// also holds the random token that names the endpoint's shared-memory
+/// files: same-node peers find them through it.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_address(ep: *const doorbell_endpoint, buf: *mut u8, len: *mut usize) -> c_int {
     guard(|| {
@@ -466,8 +475,8 @@ pub unsafe extern "C" fn doorbell_connect(ep: *mut doorbell_endpoint, blob: *con
 }
 
 /// DOORBELL_PATH_SHM (1) if `task` is reached over shared memory (every
-/// same-node task, unless force_tcp), DOORBELL_PATH_TCP (2) over TCP;
-/// UNKNOWN_TASK.
+/// same-node task, unless either side has force_tcp set),
+/// DOORBELL_PATH_TCP (2) over TCP; UNKNOWN_TASK.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_peer_path(ep: *const doorbell_endpoint, task: u32) -> c_int {
     guard(|| {
@@ -718,7 +727,8 @@ pub unsafe extern "C" fn doorbell_wait(
 /// Wake (task, window) as if a packet had arrived: a futex wake if it
 /// sleeps, nothing (no syscall) if it is awake; either way its next
 /// progress or wait reports DOORBELL_WOKE_NOTIFY.  `task` may be this task.
-/// UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another node.
+/// UNKNOWN_TASK, UNKNOWN_WINDOW; INVALID_ARGUMENT for a task on another
+/// node or one created with force_tcp.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_local_notify(ep: *mut doorbell_endpoint, task: u32, window: u32) -> c_int {
     guard(|| {
@@ -729,7 +739,8 @@ pub unsafe extern "C" fn doorbell_local_notify(ep: *mut doorbell_endpoint, task:
 }
 
 /// Push queued sends until none remain, or TIMED_OUT after `timeout_us`
-/// (< 0: no limit).
+/// (< 0: no limit).  A timeout loses nothing: what is queued stays queued,
+/// and endpoint_destroy delivers it.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_flush(ep: *mut doorbell_endpoint, timeout_us: i64) -> c_int {
     guard(|| {
@@ -737,6 +748,37 @@ pub unsafe extern "C" fn doorbell_flush(ep: *mut doorbell_endpoint, timeout_us: 
         // SAFETY: `ep` is NULL or a live handle (the module's contract).
         unsafe { endpoint(ep) }?.flush(timeout)?;
         Ok(DOORBELL_OK)
+    })
+}
+
+/// This process is ending the job (an abort): tell every peer now, without
+/// waiting for any -- a flag in this task's control segment, a frame ahead
+/// of whatever is queued on each TCP connection, and a connection made for
+/// it to each same-node TCP peer it has none with (all of it given at most
+/// a second, as far as the peers and sockets allow).  A task that hears it
+/// passes it on over its own connections; doorbell_abort_announced then
+/// returns 1 there.  Call it on the abort path, just before the process
+/// exits.  The endpoint stays usable, and endpoint_destroy then delivers
+/// nothing and waits for nobody.  DOORBELL_OK.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_announce_abort(ep: *mut doorbell_endpoint) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        unsafe { endpoint(ep) }?.announce_abort();
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// 1 once this task knows the job is ending: a task announced an abort
+/// (doorbell_announce_abort), to this task or to a task that passed it on;
+/// else 0.  What the TCP connections hold is read first.  A task that gets
+/// PEER_LOST while this is 1 lost that peer to the abort (it was killed
+/// with the job), not to a crash.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_abort_announced(ep: *mut doorbell_endpoint) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        Ok(unsafe { endpoint(ep) }?.abort_announced() as c_int)
     })
 }
 

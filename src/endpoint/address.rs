@@ -1,22 +1,25 @@
 //! The address blob a task publishes (the modex payload) and its parsing.
 //!
-//! 56 bytes, little-endian:
+//! 64 bytes, little-endian:
 //! `magic u32 | version u16 | flags u16 | task u32 | pid u32 | node_id u64 |
-//!  job_hash u64 | ipv4 [4] | port u16 | pad u16 | secret [16]`
+//!  job_hash u64 | ipv4 [4] | port u16 | pad u16 | secret [16] | shm_token u64`
+//!
+//! No flag is defined yet: a blob with one set is refused.
 //!
 //! The secret keys the TCP handshake (handshake.rs): hand a blob only to
-//! the job's tasks.
+//! the job's tasks.  The shm token names the task's shared-memory files
+//! (segment.rs); 0: it has none, reach it over TCP.
 
 use crate::net::handshake::Secret;
 use crate::sys::error::{Error, Result};
 use crate::sys::limits::MAX_TASKS;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-pub const ADDRESS_BYTES: usize = 56;
+pub const ADDRESS_BYTES: usize = 64;
 pub const ADDRESS_MAX: usize = 64;
 const MAGIC: u32 = u32::from_le_bytes(*b"DBAD");
-/// 2 added the secret.
-const VERSION: u16 = 2;
+/// 2 added the secret, 3 the shm token.
+const VERSION: u16 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Address {
@@ -26,6 +29,9 @@ pub struct Address {
     pub job_hash: u64,
     pub tcp: SocketAddrV4,
     pub secret: Secret,
+    /// The token of the task's control segment (segment.rs); 0: no shared
+    /// memory.
+    pub shm_token: u64,
 }
 
 impl Address {
@@ -40,6 +46,7 @@ impl Address {
         b[32..36].copy_from_slice(&self.tcp.ip().octets());
         b[36..38].copy_from_slice(&self.tcp.port().to_le_bytes());
         b[40..56].copy_from_slice(&self.secret);
+        b[56..64].copy_from_slice(&self.shm_token.to_le_bytes());
         b
     }
 
@@ -51,6 +58,7 @@ impl Address {
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
         let version = u16::from_le_bytes([b[4], b[5]]);
+        let flags = u16::from_le_bytes([b[6], b[7]]);
         let port = u16::from_le_bytes([b[36], b[37]]);
         let a = Address {
             task: u32_at(8),
@@ -59,8 +67,9 @@ impl Address {
             job_hash: u64_at(24),
             tcp: SocketAddrV4::new(Ipv4Addr::new(b[32], b[33], b[34], b[35]), port),
             secret: b[40..56].try_into().unwrap(),
+            shm_token: u64_at(56),
         };
-        if u32_at(0) != MAGIC || version != VERSION || a.task >= MAX_TASKS || a.pid == 0 || port == 0 {
+        if u32_at(0) != MAGIC || version != VERSION || flags != 0 || a.task >= MAX_TASKS || a.pid == 0 || port == 0 {
             return Err(Error::BadAddress);
         }
         Ok(a)
@@ -80,9 +89,15 @@ mod tests {
             job_hash: 99,
             tcp: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 5000),
             secret: [0x5a; 16],
+            shm_token: 0x0123_4567_89ab_cdef,
         };
         let b = a.encode();
         assert_eq!(Address::decode(&b), Ok(a));
+        let tcp_only = Address { shm_token: 0, ..a };
+        assert_eq!(Address::decode(&tcp_only.encode()), Ok(tcp_only), "no shared memory");
+        let mut bad = b;
+        bad[6] = 1;
+        assert_eq!(Address::decode(&bad), Err(Error::BadAddress), "an unknown flag");
         assert_eq!(Address::decode(&b[..ADDRESS_BYTES - 1]), Err(Error::BadAddress));
         let mut bad = b;
         bad[0] ^= 1;

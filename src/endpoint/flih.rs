@@ -163,7 +163,7 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
                 TOKEN_PID_POLL => inner.poll_pids(),
                 #[cfg(test)]
                 TOKEN_TEST_PANIC => panic!("test hook"),
-                t if t & PID_BIT != 0 => inner.peer_exited((t & !PID_BIT) as u32),
+                t if t & PID_BIT != 0 => inner.process_exited((t & !PID_BIT) as u32),
                 t if t & PENDING_BIT != 0 => handshake_step(inner, &mut pending, t),
                 _ => {}
             }
@@ -313,7 +313,7 @@ mod tests {
         // Another process of this user writes the count in our control
         // segment (a second mapping of the same file).
         let cfg = &ep.inner.cfg;
-        let hostile = Control::open(&cfg.shm_dir, &cfg.job, cfg.task, cfg.task, None).unwrap();
+        let hostile = Control::open(&cfg.shm_dir, &cfg.job, ep.inner.control.token(), cfg.task, cfg.task, None).unwrap();
         hostile.header().windows_open.store(u32::MAX, Ordering::Release);
         assert_eq!(ep.progress(crate::sys::limits::MAX_WINDOWS, &mut nothing), Err(Error::UnknownWindow));
         // The FLIH walks the open windows when a peer dies: twice, so the

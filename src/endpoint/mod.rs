@@ -126,6 +126,9 @@ pub(crate) struct Inner {
     /// Paths of the peers `connect` registered (spin.rs: SHM_PEERS,
     /// TCP_PEERS); read once per wait, so last.
     connected_paths: AtomicU32,
+    /// This task announced an abort: its close delivers nothing and waits
+    /// for nobody (the job is ending).
+    aborting: AtomicBool,
 }
 
 const _: () = {
@@ -171,8 +174,15 @@ impl Endpoint {
         listener.set_nonblocking(true).map_err(|_| Error::Network)?;
         let accepted_default_congestion = crate::net::congestion::listen_same_host(&listener);
         let port = listener.local_addr().map_err(|_| Error::Network)?.port();
-        crate::shm::segment::reap_dead_tasks(&cfg.shm_dir);
-        let control = Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers, cfg.ring_bytes)?;
+        // Over TCP alone nobody maps our control segment: it lives in
+        // private memory, and the shm directory is never touched (it may
+        // be read-only, full or missing).
+        let control = if cfg.force_tcp {
+            Control::create_private(cfg.task)?
+        } else {
+            crate::shm::segment::reap_dead_tasks(&cfg.shm_dir);
+            Control::create(&cfg.shm_dir, &cfg.job, cfg.task, cfg.local_peers, cfg.ring_bytes)?
+        };
         let peers = Peers::new()?;
         let tcp = TcpSide::new(cfg.max_backlog)?;
         let flih = Flih::new(listener, accepted_default_congestion, &peers, &tcp)?;
@@ -183,6 +193,7 @@ impl Endpoint {
             job_hash: cfg.job_hash(),
             tcp: SocketAddrV4::new(ip, port),
             secret: crate::net::handshake::random().map_err(|_| Error::Internal)?,
+            shm_token: control.token(),
         };
         let box_views = (0..crate::shm::fbox::BOXES).map(|i| control.fast_box(i)).collect::<Result<Vec<_>>>()?;
         let windows = (0..MAX_WINDOWS)
@@ -208,6 +219,7 @@ impl Endpoint {
             counters: Counters::default(),
             parker: SharedFutex,
             connected_paths: AtomicU32::new(0),
+            aborting: AtomicBool::new(false),
         });
         if let Some(mut rx) = inner.windows[0].rx.try_lock() {
             inner.take_up_queue(0, &mut rx)?;
@@ -374,6 +386,26 @@ impl Endpoint {
         self.inner.flush(timeout)
     }
 
+    /// This process is ending the job (an abort): tell every peer at once,
+    /// without waiting for any (the flag in our control segment; an abort
+    /// frame on each connection, path/tcp.rs `announce_abort_tcp`).  The
+    /// endpoint stays usable; dropping it then delivers nothing and waits
+    /// for nobody.
+    pub fn announce_abort(&self) {
+        self.inner.aborting.store(true, Ordering::Release);
+        self.inner.control.header().aborting.store(1, Ordering::Release);
+        self.inner.announce_abort_tcp();
+    }
+
+    /// Does this task know the job is ending: did a task announce an
+    /// abort (`announce_abort`), to us or to a task that passed it on?
+    /// Then a loss seen now is the abort's doing, not a crash.
+    pub fn abort_announced(&self) -> bool {
+        let i = &self.inner;
+        let local = i.peer_list().iter().any(|p| p.control.get().is_some_and(|c| c.header().aborting.load(Ordering::Acquire) != 0));
+        local || i.abort_heard_tcp()
+    }
+
     /// Let `task` read [base, base + len) of our memory (remote_read.rs)
     /// until `unexpose(key)`.  Returns the key its reads name.
     pub fn expose(&self, task: u32, base: u64, len: u64) -> Result<u64> {
@@ -412,8 +444,12 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        let _ = self.inner.flush(Some(Duration::from_secs(2)));
-        self.inner.say_goodbye();
+        // After an abort notice the job is ending: nothing is delivered or
+        // waited for, and no goodbye makes the exit look orderly.
+        if !self.inner.aborting.load(Ordering::Acquire) {
+            self.inner.flush_local_for_close();
+            self.inner.say_goodbye();
+        }
         self.inner.flih.stop();
         if let Some(h) = self.flih.take() {
             let _ = h.join();
@@ -421,8 +457,10 @@ impl Drop for Endpoint {
         // Dropping Inner unlinks our control segment, if its name is still
         // there, and the bulk files our receivers have mapped
         // (unread ones stay for their reader: say_goodbye).  What senders
-        // left for us we will never read.
-        crate::shm::segment::unlink_inbound_to(&self.inner.cfg.shm_dir, &self.inner.cfg.job, self.inner.cfg.task);
+        // left for us we will never read (over TCP alone: none, no stem).
+        if let Some(stem) = self.inner.stem() {
+            crate::shm::segment::unlink_inbound(&self.inner.cfg.shm_dir, &stem);
+        }
     }
 }
 
@@ -435,6 +473,12 @@ fn bind(ip: std::net::Ipv4Addr, lo: u16, hi: u16) -> Result<TcpListener> {
         .ok_or(Error::Network)
 }
 impl Inner {
+    /// The stem of our shared-memory files (None: we have none).
+    pub(crate) fn stem(&self) -> Option<String> {
+        let token = self.control.token();
+        (token != 0).then(|| crate::shm::segment::stem(&self.cfg.job, token))
+    }
+
     pub(crate) fn check_window(&self, window: u32) -> Result<()> {
         if window >= self.windows_opened.load(Ordering::Acquire) {
             return Err(Error::UnknownWindow);
@@ -509,8 +553,9 @@ impl Inner {
             return Ok(());
         }
         let p = self.peer(task)?;
-        if p.addr.get().is_some_and(|a| a.node_id != self.cfg.node_id) {
-            // Another node: its bells are not in our shared memory.
+        if p.addr.get().is_some_and(|a| a.node_id != self.cfg.node_id || a.shm_token == 0) {
+            // Another node, or a task without shared memory (force_tcp):
+            // its bells are in no memory we can map.
             return Err(Error::InvalidArgument);
         }
         let ctl = self.peer_control(p)?;
@@ -597,13 +642,47 @@ impl Inner {
         }
     }
 
-    /// Orderly close: tell TCP peers (goodbye frame) and local peers (the
-    /// closed flag of our control segment and of each ring we send on)
-    /// that our exit is not a loss.  A ring its receiver has not mapped yet
-    /// keeps its file, so what we sent is still delivered.
+    /// Before a close: push the shared-memory backlogs into their rings,
+    /// however long their receivers take to make room.  Only a receiver
+    /// that is gone or closed ends the wait for what is queued to it.  What
+    /// comes to us meanwhile is read and dropped: a peer closing at the
+    /// same time may be waiting for room in our rings.
+    pub(crate) fn flush_local_for_close(&self) {
+        const NAP_MAX: Duration = Duration::from_millis(10);
+        let mut nap = Duration::from_micros(20);
+        let mut left = u64::MAX;
+        loop {
+            self.push_all_backlogs();
+            if !self.shm.backlogged() {
+                return;
+            }
+            let receiver_waits = |p: &Arc<Peer>| {
+                p.local
+                    && !p.ended.load(Ordering::Acquire)
+                    && p.control.get().is_none_or(|c| c.header().closed.load(Ordering::Acquire) == 0)
+                    && !lock(&p.tx).backlog.is_empty()
+            };
+            if !self.peer_list().iter().any(receiver_waits) {
+                return;
+            }
+            for w in 0..self.windows_opened.load(Ordering::Acquire) {
+                let _ = self.poll_queue(w, &mut |_, _, _| {});
+            }
+            let now = self.shm.backlog_bytes();
+            nap = if now != left { Duration::from_micros(20) } else { (nap * 2).min(NAP_MAX) };
+            left = now;
+            std::thread::sleep(nap);
+        }
+    }
+
+    /// Orderly close: tell local peers (the closed flag of our control
+    /// segment and of each ring we send on) and TCP peers (a goodbye frame
+    /// behind what we sent, delivered: path/tcp.rs `close_tcp`) that our
+    /// exit is not a loss.  A ring its receiver has not mapped yet keeps
+    /// its file, so what we sent is still delivered.
     pub(crate) fn say_goodbye(&self) {
         self.control.header().closed.store(1, Ordering::Release);
         self.close_queues();
-        self.goodbye_tcp();
+        self.close_tcp();
     }
 }

@@ -147,25 +147,30 @@ impl Inner {
         if a.job_hash != self.job_hash {
             return Err(Error::BadAddress);
         }
-        let local = !self.cfg.force_tcp && a.node_id == self.cfg.node_id;
+        // Shared memory needs both sides to have it (a task without it
+        // publishes token 0: force_tcp, or no room for its control segment).
+        let same_node = a.node_id == self.cfg.node_id;
+        let local = same_node && self.control.token() != 0 && a.shm_token != 0;
         let p = self.peer_or_insert(a.task, local, Some(a));
         let addressed_now = p.addr.set(a).is_ok();
         // A same-node peer known so far only by its hello (it reached us
-        // over TCP: it runs with force_tcp) stays on TCP, which also keeps
-        // the order of anything sent to it already.
+        // over TCP) stays on TCP, which also keeps the order of anything
+        // sent to it already.
         let known_by_hello = addressed_now && !p.local && local;
         if (p.local != local && !known_by_hello) || p.addr.get() != Some(&a) {
             // The same task id with another address: a mix-up in the caller.
             return Err(Error::BadAddress);
         }
-        if a.node_id == self.cfg.node_id && a.task != self.cfg.task {
+        if same_node && a.task != self.cfg.task {
             self.watch_pid(p, a.pid);
         }
-        if p.local && a.task != self.cfg.task {
+        if same_node && a.shm_token != 0 && a.task != self.cfg.task {
             // Map its control segment now, not at the first send: its
             // owner removes the name once its peers have (control.rs), and
             // its closed flag tells an orderly exit from a death even if we
-            // never send to it.  A failure is reported by the first send.
+            // never send to it.  A peer we reach over TCP (we have no
+            // shared memory) counts among those peers too.  A failure is
+            // reported by the first send.
             let _ = self.peer_control(p);
         }
         let path = if p.local { super::spin::SHM_PEERS } else { super::spin::TCP_PEERS };
@@ -182,7 +187,7 @@ impl Inner {
         match sys::pidfd_open(pid) {
             Ok(fd) => self.watch_pidfd(p.task, fd),
             // Already gone before we could watch it.
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => self.peer_exited(p.task),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => self.process_exited(p.task),
             // No pidfd for a live process (kernel before 5.3, valgrind,
             // EMFILE): that is no loss.  The FLIH checks the pid instead.
             Err(_) => {
@@ -227,7 +232,7 @@ impl Inner {
         self.peers.pid_polls_pending.store(polls.len(), Ordering::Release);
         drop(polls);
         for task in exited {
-            self.peer_exited(task);
+            self.process_exited(task);
         }
     }
 
@@ -240,7 +245,17 @@ impl Inner {
             return Ok(c);
         }
         let pid = Some(p.pid.load(Ordering::Acquire)).filter(|&pid| pid != 0);
-        let c = Control::open(&self.cfg.shm_dir, &self.cfg.job, p.task, self.cfg.task, pid).map_err(|e| {
+        let (dir, job, me) = (&self.cfg.shm_dir, &self.cfg.job, self.cfg.task);
+        let opened = match (p.addr.get(), pid) {
+            (Some(a), _) if a.shm_token != 0 => Control::open(dir, job, a.shm_token, p.task, me, pid),
+            // It has no shared memory.
+            (Some(_), _) => Err(Error::Shm),
+            // Seen in our queue before we had its address: its token is in
+            // the name of the control segment its process holds.
+            (None, Some(pid)) => Control::open_of_process(dir, job, p.task, me, pid),
+            (None, None) => Err(Error::Shm),
+        };
+        let c = opened.map_err(|e| {
             // Gone, in order or not: its segment went with it.
             if p.ended.load(Ordering::Acquire) {
                 Error::PeerLost
@@ -251,6 +266,22 @@ impl Inner {
             }
         })?;
         Ok(p.control.get_or_init(|| c))
+    }
+
+    /// A same-host peer's process is gone (its pidfd, a pid poll).  Over
+    /// TCP its connections tell a close from a death: its goodbye comes
+    /// behind everything it sent, which may still wait in a socket for a
+    /// busy reader.  While one of them is open, its end reports the peer
+    /// (path/tcp.rs `conn_readable`); a killed process's sockets end too.
+    pub(crate) fn process_exited(&self, task: u32) {
+        let Ok(p) = self.peer(task) else { return };
+        if !p.local && self.tcp.has_conn_of(task) {
+            if let Some(fd) = lock(&p.pidfd).take() {
+                self.flih.unwatch(&fd);
+            }
+            return;
+        }
+        self.peer_exited(task);
     }
 
     /// A peer's process ended or its connection closed.  A goodbye (TCP),
@@ -267,7 +298,7 @@ impl Inner {
         if p.ended.swap(true, Ordering::AcqRel) {
             // Reported already; a corrupt peer that died cannot clean up.
             if p.corrupt.swap(false, Ordering::AcqRel) && !self.closed_in_order(p) {
-                crate::shm::segment::unlink_task_files(&self.cfg.shm_dir, &self.cfg.job, task);
+                self.remove_files_of(p, task);
             }
             return;
         }
@@ -277,7 +308,7 @@ impl Inner {
             p.lost.store(true, Ordering::Release);
             if p.local || p.watched.load(Ordering::Acquire) {
                 // A killed task cannot clean up after itself: we do.
-                crate::shm::segment::unlink_task_files(&self.cfg.shm_dir, &self.cfg.job, task);
+                self.remove_files_of(p, task);
             }
             bump(&self.counters.peers_lost);
             Woke::PeerLost(task)
@@ -292,6 +323,19 @@ impl Inner {
             lock(&win.peer_events).push_back(event);
             win.peer_events_ready.store(true, Ordering::Release);
             self.wake_own(w);
+        }
+    }
+
+    /// Remove what a dead task left in shm_dir: its own files, and the
+    /// bulk buffers it made for us.
+    fn remove_files_of(&self, p: &Peer, task: u32) {
+        let dir = &self.cfg.shm_dir;
+        let token = p.control.get().map(Control::token).or(p.addr.get().map(|a| a.shm_token)).unwrap_or(0);
+        if token != 0 && token != self.control.token() {
+            crate::shm::segment::unlink_endpoint_files(dir, &crate::shm::segment::stem(&self.cfg.job, token), task);
+        }
+        if let Some(stem) = self.stem() {
+            crate::shm::segment::unlink_inbound_from(dir, &stem, task);
         }
     }
 

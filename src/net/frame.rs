@@ -5,7 +5,8 @@
 //! then `len` payload bytes.  kind 0 is a message, 1 is a goodbye (FIN),
 //! 2 a read request and 3 its data (remote_read.rs): for those two the
 //! window field carries the read's id and the tag is 0; a request's body
-//! is READ_REQUEST bytes, `addr u64 | len u64 | key u64`.
+//! is READ_REQUEST bytes, `addr u64 | len u64 | key u64`.  kind 4 says the
+//! sender is ending the job (an abort); it has no body, window or tag.
 
 use crate::sys::limits::MAX_WINDOWS;
 
@@ -14,6 +15,7 @@ pub const KIND_MESSAGE: u8 = 0;
 pub const KIND_GOODBYE: u8 = 1;
 pub const KIND_READ_REQUEST: u8 = 2;
 pub const KIND_READ_DATA: u8 = 3;
+pub const KIND_ABORT: u8 = 4;
 /// The body of a read request.
 pub const READ_REQUEST: usize = 24;
 
@@ -47,6 +49,7 @@ impl FrameHeader {
             KIND_MESSAGE | KIND_GOODBYE => h.window < MAX_WINDOWS,
             KIND_READ_REQUEST => h.tag == 0 && h.len == READ_REQUEST as u64,
             KIND_READ_DATA => h.tag == 0,
+            KIND_ABORT => h.len == 0 && h.window == 0 && h.tag == 0,
             _ => false,
         };
         let ok = h.len <= max_message && kind_ok && b[14] == 0 && b[15] == 0;
@@ -72,6 +75,9 @@ mod tests {
         let req = FrameHeader { len: READ_REQUEST as u64, window: 7, tag: 0, kind: KIND_READ_REQUEST };
         assert_eq!(FrameHeader::decode(&req.encode(), 1 << 30), Some(req));
         assert_eq!(FrameHeader::decode(&FrameHeader { len: 25, ..req }.encode(), 1 << 30), None);
-        assert_eq!(FrameHeader::decode(&FrameHeader { kind: 4, ..f }.encode(), 1 << 30), None);
+        let abort = FrameHeader { len: 0, window: 0, tag: 0, kind: KIND_ABORT };
+        assert_eq!(FrameHeader::decode(&abort.encode(), 1 << 30), Some(abort));
+        assert_eq!(FrameHeader::decode(&FrameHeader { len: 1, ..abort }.encode(), 1 << 30), None, "an abort has no body");
+        assert_eq!(FrameHeader::decode(&FrameHeader { kind: 5, ..f }.encode(), 1 << 30), None);
     }
 }

@@ -41,36 +41,7 @@ const VERSION: u32 = 2;
 pub(crate) type Secret = [u8; SECRET_BYTES];
 pub(crate) type Nonce = [u8; NONCE_BYTES];
 
-/// N bytes from the kernel's RNG (getrandom(2); blocks only before the
-/// pool is first seeded at boot).
-pub(crate) fn random<const N: usize>() -> std::io::Result<[u8; N]> {
-    let mut b = [0u8; N];
-    fill(&mut b, |rest| {
-        // SAFETY: writes at most rest.len() bytes into `rest`, which is ours.
-        let r = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
-        if r < 0 {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
-        }
-    })?;
-    Ok(b)
-}
-
-/// Fill all of `b` from `source`, which writes a prefix of the slice it is
-/// given and says how long: a short read asks again for the rest, EINTR
-/// asks again, any other error ends it.
-fn fill(b: &mut [u8], mut source: impl FnMut(&mut [u8]) -> std::io::Result<usize>) -> std::io::Result<()> {
-    let mut got = 0;
-    while got < b.len() {
-        match source(&mut b[got..]) {
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
+pub(crate) use crate::sys::random;
 
 pub(crate) fn challenge(listener: u32, nonce: &Nonce) -> [u8; CHALLENGE_BYTES] {
     let mut b = [0u8; CHALLENGE_BYTES];
@@ -169,9 +140,15 @@ pub(crate) const CONNECT_STEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Only the listener's FLIH answers, never its application threads, so a
 /// listener busy computing still completes this at once.
 pub(crate) fn greet(s: &mut TcpStream, job_hash: u64, me: u32, listener: u32, key: &Secret) -> io::Result<()> {
+    greet_within(s, job_hash, me, listener, key, CONNECT_STEP_TIMEOUT)
+}
+
+/// `greet`, each step waiting at most `step` (an abort notice has little
+/// time to spend on a connection).
+pub(crate) fn greet_within(s: &mut TcpStream, job_hash: u64, me: u32, listener: u32, key: &Secret, step: Duration) -> io::Result<()> {
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-    s.set_read_timeout(Some(CONNECT_STEP_TIMEOUT))?;
-    s.set_write_timeout(Some(CONNECT_STEP_TIMEOUT))?;
+    s.set_read_timeout(Some(step))?;
+    s.set_write_timeout(Some(step))?;
     let mut ch = [0u8; CHALLENGE_BYTES];
     s.read_exact(&mut ch)?;
     let (task, nonce_l) = parse_challenge(&ch).ok_or_else(|| bad("not a doorbell challenge"))?;
@@ -232,30 +209,5 @@ mod tests {
         for i in 0..16 {
             assert!(draws.iter().any(|d| d[i] != draws[0][i]), "byte {i} is {} in every draw", draws[0][i]);
         }
-    }
-
-    /// The kernel may return fewer bytes than asked, or EINTR: each byte
-    /// is filled exactly once, in order, and other errors end the fill.
-    #[test]
-    fn short_reads_and_interruptions_fill_the_rest() {
-        let mut next = 0u8;
-        let mut calls = 0;
-        let mut b = [0u8; 20];
-        fill(&mut b, |rest| {
-            calls += 1;
-            if calls % 3 == 0 {
-                return Err(std::io::ErrorKind::Interrupted.into());
-            }
-            let n = rest.len().min(3);
-            for x in &mut rest[..n] {
-                next += 1;
-                *x = next;
-            }
-            Ok(n)
-        })
-        .unwrap();
-        assert_eq!(b.to_vec(), (1..=20).collect::<Vec<u8>>());
-        let e = fill(&mut b, |_| Err(std::io::ErrorKind::PermissionDenied.into())).unwrap_err();
-        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
     }
 }

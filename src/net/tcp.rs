@@ -207,6 +207,8 @@ pub enum RxEvent {
     Released,
     Frame { window: u32, tag: u8, data: Vec<u8> },
     Goodbye,
+    /// The peer is ending the job (an abort): losses that follow are its doing.
+    Abort,
     /// The peer asks to read our memory (remote_read.rs).
     ReadRequest(ReadRequest),
     /// A read's data is all in its destination.
@@ -443,6 +445,26 @@ impl Conn {
         self.flush_locked(&mut tx).map(|_| ())
     }
 
+    /// Send a small whole frame ahead of what is queued (at the next frame
+    /// boundary), the batch's held frames included, and out of any batch:
+    /// for an abort notice, which must not wait for a batch that will never
+    /// end.  Ok(true) once it is written.
+    pub fn send_ahead(&self, hdr: FrameHeader) -> Result<bool> {
+        if self.dead.load(Ordering::Acquire) {
+            return Err(Error::PeerLost);
+        }
+        let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        Self::queue_held(&mut tx);
+        tx.urgent.push_back(hdr.encode().to_vec());
+        self.flush_locked(&mut tx)?;
+        Ok(tx.urgent.is_empty())
+    }
+
+    /// Whether frames sent ahead (`send_ahead`) are still waiting.
+    pub fn ahead_pending(&self) -> bool {
+        !self.tx.lock().unwrap_or_else(|p| p.into_inner()).urgent.is_empty()
+    }
+
     /// Send a read's data frame from exposed memory: [ptr, ptr + len) of
     /// `region`, which the caller holds exposed (Region::hold) and checked
     /// covers the range.  Frames the thread's batch holds go ahead of it in
@@ -637,6 +659,104 @@ impl Conn {
     }
 }
 
+/// One connection's orderly close (the endpoint's destroy).  Its goodbye
+/// goes behind everything queued; once all of it is written the write side
+/// is shut (the FIN follows the goodbye); the close is done when the
+/// peer's kernel has acknowledged every byte and the FIN.  The socket can
+/// then go without losing any of it, even if closing it sends a reset (as
+/// it does with unread input): the peer's kernel holds it for its reader.
+/// What the peer sends meanwhile is read and dropped (nobody will deliver
+/// it), so two tasks that close at once with data queued to each other
+/// both get done.  No clock: a slow reader is waited for as long as its
+/// connection lives; only a broken connection ends the wait early.
+pub struct Closing {
+    conn: Arc<Conn>,
+    shut: bool,
+    /// The peer shut its write side: nothing more to read.
+    eof: bool,
+    /// Queued and unacknowledged bytes at the last step.
+    left: (u64, usize),
+}
+
+/// Where a close stands after a step.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CloseStep {
+    /// Everything, the goodbye and the FIN, reached the peer's kernel.
+    Done,
+    /// The connection broke (the peer is gone): what was not acknowledged is lost.
+    Broken,
+    /// Still going; `moved`: bytes left our queue or were acknowledged since the last step.
+    Waiting { moved: bool },
+}
+
+impl Closing {
+    /// Queue the goodbye behind everything else (held frames included).
+    pub fn begin(conn: Arc<Conn>) -> Closing {
+        if !conn.dead.load(Ordering::Acquire) {
+            let head = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_GOODBYE }.encode();
+            let mut tx = conn.tx.lock().unwrap_or_else(|p| p.into_inner());
+            Conn::queue_held(&mut tx);
+            tx.queued += FRAME_HEADER as u64;
+            tx.queue.push_back(Item { q: Queued::Owned(head.to_vec()), starts_frame: true });
+        }
+        Closing { conn, shut: false, eof: false, left: (u64::MAX, usize::MAX) }
+    }
+
+    /// Drop what came in, write what the socket takes, shut the write
+    /// side once all is written, and see what the peer acknowledged.
+    pub fn step(&mut self, scratch: &mut [u8]) -> CloseStep {
+        let c = &self.conn;
+        if c.dead.load(Ordering::Acquire) {
+            return CloseStep::Broken;
+        }
+        let fd = c.stream.as_raw_fd();
+        while !self.eof {
+            match crate::sys::recv(fd, scratch) {
+                Ok(0) => self.eof = true,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return CloseStep::Broken,
+            }
+        }
+        // A reset after the peer's FIN shows only here (recv says EOF).
+        if !matches!(nix::sys::socket::getsockopt(&c.stream, nix::sys::socket::sockopt::SocketError), Ok(0)) {
+            return CloseStep::Broken;
+        }
+        let all_written = match c.flush() {
+            Ok(all) => all,
+            Err(_) => return CloseStep::Broken,
+        };
+        if all_written && !self.shut {
+            if c.stream.shutdown(std::net::Shutdown::Write).is_err() {
+                return CloseStep::Broken;
+            }
+            self.shut = true;
+        }
+        let Ok(unacked) = crate::sys::tcp_unacked(fd) else { return CloseStep::Broken };
+        if self.shut && unacked == 0 {
+            return CloseStep::Done;
+        }
+        let left = (c.tx.lock().unwrap_or_else(|p| p.into_inner()).queued, unacked);
+        let moved = left != self.left;
+        self.left = left;
+        CloseStep::Waiting { moved }
+    }
+
+    /// What to wait for before the next step: input (until the peer's
+    /// FIN) and, while bytes are queued, room to write them.
+    pub fn poll_events(&self) -> (std::os::fd::RawFd, i16) {
+        let mut events = 0;
+        if !self.eof {
+            events |= libc::POLLIN;
+        }
+        if !self.shut {
+            events |= libc::POLLOUT;
+        }
+        (self.conn.stream.as_raw_fd(), events)
+    }
+}
+
 impl Rx {
     /// Parse staged bytes; Some(end) on a fatal input or a throttle, None
     /// when more bytes are needed.
@@ -699,6 +819,10 @@ impl Rx {
                     };
                     if hdr.kind == frame::KIND_GOODBYE {
                         on(RxEvent::Goodbye);
+                        continue;
+                    }
+                    if hdr.kind == frame::KIND_ABORT {
+                        on(RxEvent::Abort);
                         continue;
                     }
                     if hdr.kind == frame::KIND_READ_DATA {
@@ -885,6 +1009,25 @@ mod tests {
         assert_eq!(available(&mut peer), frame_bytes(6, b"before a sleep"));
         drop(batch);
         assert!(!crate::net::batch::end_one(), "no batch is open any more");
+    }
+
+    /// A frame sent ahead (an abort notice) leaves at once even inside a
+    /// batch, ahead of the frames the batch held.
+    #[test]
+    fn a_frame_sent_ahead_leaves_inside_a_batch() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (mut peer, conn) = pair(&l);
+        let conn = Arc::new(conn);
+        let batch = crate::net::batch::begin();
+        conn.send(FrameHeader { len: 40, window: 0, tag: 7, kind: frame::KIND_MESSAGE }, &[&[7; 40]], u64::MAX).unwrap();
+        let abort = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_ABORT };
+        assert_eq!(conn.send_ahead(abort), Ok(true), "written at once");
+        let mut want = abort.encode().to_vec();
+        want.extend(frame_bytes(7, &[7; 40]));
+        assert_eq!(available(&mut peer), want, "the notice, then the held frame, before the batch ends");
+        drop(batch);
+        assert!(available(&mut peer).is_empty());
+        assert!(!conn.ahead_pending());
     }
 
     #[test]

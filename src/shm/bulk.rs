@@ -25,7 +25,10 @@
 //! dead receiver are reaped with its rings.
 //!
 //! A segment's slot size is fixed; a larger message makes a new segment
-//! (the next *generation*, named in the BULK record).  The receiver maps a
+//! (a later *generation*, named in the BULK record).  The file is named
+//! after its receiver's stem (segment.rs), and its header carries the
+//! receiver's token, which the receiver checks.  A name that is taken
+//! makes the sender skip to a later generation, by a random step.  The receiver maps a
 //! generation when its first record arrives and drops the previous one;
 //! the sender keeps a retired generation mapped until its slots are free.
 //!
@@ -47,7 +50,8 @@ use crate::sys::sync::Pad;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const BULK_MAGIC: u64 = u64::from_le_bytes(*b"DBBULK\0\0");
-pub const BULK_VERSION: u32 = 1;
+/// 2: token.
+pub const BULK_VERSION: u32 = 2;
 const HEADER_BYTES: usize = 256;
 pub(crate) const DATA_OFFSET: usize = 4096;
 pub const SLOTS: usize = 2;
@@ -70,7 +74,9 @@ pub struct BulkHeader {
     pub consumer_task: AtomicU32,
     pub window: AtomicU32,
     pub generation: AtomicU32,
-    _pad0: Pad<32>,
+    /// The receiver's token (its control segment's).
+    pub token: AtomicU64,
+    _pad0: Pad<24>,
     slots: [SlotState; SLOTS],
     _pad1: Pad<64>,
 }
@@ -86,6 +92,7 @@ unsafe impl ShmSafe for BulkHeader {}
 
 const _: () = assert!(std::mem::size_of::<BulkHeader>() == HEADER_BYTES);
 const _: () = assert!(std::mem::offset_of!(BulkHeader, slots) == 64);
+const _: () = assert!(std::mem::offset_of!(BulkHeader, token) == 32);
 const _: () = assert!(std::mem::size_of::<SlotState>() == 64);
 
 /// What a BULK record carries in the ring (its 16-byte payload).
@@ -145,12 +152,17 @@ pub struct BulkProducer {
 }
 
 impl BulkProducer {
-    pub fn create(dir: &str, job: &str, src: u32, dst: u32, window: u32, generation: u32, slot_bytes: u64) -> Result<Self> {
+    /// Make generation `generation` for the receiver with `token`.
+    /// `Ok(None)`: its name is taken; try a later generation.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(dir: &str, job: &str, token: u64, src: u32, dst: u32, window: u32, generation: u32, slot_bytes: u64) -> Result<Option<Self>> {
         if slot_bytes > u32::MAX as u64 {
             return Err(Error::BadLength);
         }
-        let name = bulk_name(job, src, dst, window, generation);
-        let seg = Segment::create(dir, &name, DATA_OFFSET + SLOTS * slot_bytes as usize, Owner::Unlocked)?;
+        let name = bulk_name(job, token, src, window, generation);
+        let Some(seg) = Segment::create(dir, &name, DATA_OFFSET + SLOTS * slot_bytes as usize, Owner::Unlocked)? else {
+            return Ok(None);
+        };
         let h = header(&seg);
         // Published by the Release store of `version`.
         h.magic.store(BULK_MAGIC, Ordering::Relaxed);
@@ -159,8 +171,9 @@ impl BulkProducer {
         h.consumer_task.store(dst, Ordering::Relaxed);
         h.window.store(window, Ordering::Relaxed);
         h.generation.store(generation, Ordering::Relaxed);
+        h.token.store(token, Ordering::Relaxed);
         h.version.store(BULK_VERSION, Ordering::Release);
-        Ok(BulkProducer { seg, generation, slot_bytes, next: 0, receiver_gone: false })
+        Ok(Some(BulkProducer { seg, generation, slot_bytes, next: 0, receiver_gone: false }))
     }
 
     pub fn holds(&self, len: u64) -> bool {
@@ -213,9 +226,10 @@ pub struct BulkConsumer {
 }
 
 impl BulkConsumer {
-    /// Map the generation and unlink its file (the two mappings keep it).
-    pub fn open(dir: &str, job: &str, src: u32, dst: u32, window: u32, generation: u32) -> Result<Self> {
-        let mut seg = Segment::open(dir, &bulk_name(job, src, dst, window, generation), DATA_OFFSET)?;
+    /// Map the generation that `src` made for us (`token`, `dst`) and
+    /// unlink its file (the two mappings keep it).
+    pub fn open(dir: &str, job: &str, token: u64, src: u32, dst: u32, window: u32, generation: u32) -> Result<Self> {
+        let mut seg = Segment::open(dir, &bulk_name(job, token, src, window, generation), DATA_OFFSET)?;
         seg.unlink();
         let h = header(&seg);
         // SYNC POINT (version, reader side): the header fields are published;
@@ -229,6 +243,7 @@ impl BulkConsumer {
             && h.consumer_task.load(Ordering::Relaxed) == dst
             && h.window.load(Ordering::Relaxed) == window
             && h.generation.load(Ordering::Relaxed) == generation
+            && h.token.load(Ordering::Relaxed) == token
             && slot_bytes > 0
             && seg.len() as u64 >= DATA_OFFSET as u64 + SLOTS as u64 * slot_bytes;
         if !ok {

@@ -18,7 +18,7 @@
 
 use crate::shm::fbox::{self, BoxTable, BOX_BYTES};
 use crate::shm::queue::QueueRef;
-use crate::shm::segment::{control_name, Owner, Segment, ShmSafe};
+use crate::shm::segment::{control_name, control_token, is_control_of, Owner, Segment, ShmSafe};
 use crate::sys::error::{Error, Result};
 use crate::sys::limits::MAX_WINDOWS;
 use crate::sys::sync::Pad;
@@ -29,7 +29,11 @@ pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DBCTRL\0\0");
 /// 2: WindowSlot::notified.  3: unlink_after, mapped_by.  4: inbound
 /// queues (queue_bytes) instead of a ring bitmap per window.  5: 8-byte
 /// record headers (record.rs).  6: light_rings.  7: fast boxes (fbox.rs).
-pub const CONTROL_VERSION: u32 = 7;
+/// 8: token.  9: aborting.
+pub const CONTROL_VERSION: u32 = 9;
+/// Names drawn for a control segment before giving up: each is a fresh
+/// random token, so more than one is taken only by chance.
+const NAME_TRIES: u32 = 16;
 /// `unlink_after` of an owner that does not know its peers: the name stays
 /// until it closes.
 const UNLINK_AT_CLOSE: u32 = u32::MAX;
@@ -58,7 +62,13 @@ pub struct ControlHeader {
     /// 1: the owner makes bell.rs's heavy barrier before it sleeps, so a
     /// registered sender may ring this task's bells lightly.
     pub light_rings: AtomicU32,
-    _pad: Pad<20>,
+    /// Set to 1 by the owner when it ends the job (an abort): the losses
+    /// its peers see next are the abort's doing, not crashes.
+    pub aborting: AtomicU32,
+    /// The random token in the segment's name (segment.rs), published in
+    /// the owner's address: an opener checks it; 0 for a private segment.
+    pub token: AtomicU64,
+    _pad: Pad<8>,
 }
 
 /// One receive window.
@@ -84,6 +94,8 @@ const _: () = assert!(std::mem::size_of::<ControlHeader>() == 64);
 const _: () = assert!(std::mem::offset_of!(ControlHeader, owner_pid) == 12, "shm::reap_dead_tasks reads it there");
 const _: () = assert!(std::mem::offset_of!(ControlHeader, mapped_by) == 32);
 const _: () = assert!(std::mem::offset_of!(ControlHeader, queue_bytes) == 36);
+const _: () = assert!(std::mem::offset_of!(ControlHeader, token) == 48);
+const _: () = assert!(std::mem::offset_of!(ControlHeader, aborting) == 44);
 const _: () = assert!(std::mem::size_of::<WindowSlot>() == 64);
 
 pub const HEADER_BYTES: usize = 64;
@@ -134,23 +146,44 @@ unsafe impl Sync for Control {}
 /// through the owner's descriptor (`open_held_by`).
 impl Control {
     /// Create `task`'s control segment with window 0 open and its queue of
-    /// `queue_bytes` reserved.
+    /// `queue_bytes` reserved, under a fresh random name (`token()`): a
+    /// name that is taken costs another draw, never the endpoint.
     pub fn create(dir: &str, job: &str, task: u32, peers: Option<u32>, queue_bytes: u32) -> Result<Control> {
         let qb = queue_bytes as u64;
         if !queue_bytes_ok(qb) {
             return Err(Error::InvalidArgument);
         }
-        let name = control_name(job, task);
-        let seg = Segment::create_reserving(dir, &name, file_len(qb), queue_at(1, qb), Owner::Locked)?;
+        for _ in 0..NAME_TRIES {
+            let token = crate::sys::random_nonzero_u64().map_err(|_| Error::Internal)?;
+            let name = control_name(job, token, task);
+            if let Some(seg) = Segment::create_reserving(dir, &name, file_len(qb), queue_at(1, qb), Owner::Locked)? {
+                return Control::init(seg, qb, task, peers, token);
+            }
+        }
+        Err(Error::Shm)
+    }
+
+    /// A control segment in this process's private memory, with no file
+    /// (Segment::private): the bells and windows of an endpoint without
+    /// shared memory (force_tcp), whose peers all reach it over TCP and
+    /// never map it.  Its queues take only their header's room and what
+    /// nobody sends.
+    pub fn create_private(task: u32) -> Result<Control> {
+        let qb = 4096;
+        Control::init(Segment::private(file_len(qb))?, qb, task, Some(0), 0)
+    }
+
+    fn init(seg: Segment, qb: u64, task: u32, peers: Option<u32>, token: u64) -> Result<Control> {
         let mut c = Control::with(seg, qb)?;
         let h = c.header();
         // Nobody validates these before `version` is published below.
-        h.queue_bytes.store(queue_bytes, Ordering::Relaxed);
+        h.queue_bytes.store(qb as u32, Ordering::Relaxed);
         h.magic.store(CONTROL_MAGIC, Ordering::Relaxed);
         h.owner_pid.store(std::process::id(), Ordering::Relaxed);
         h.owner_task.store(task, Ordering::Relaxed);
         h.unlink_after.store(peers.map_or(UNLINK_AT_CLOSE, |n| n.min(UNLINK_AT_CLOSE - 1)), Ordering::Relaxed);
         h.light_rings.store(crate::shm::bell::asymmetric() as u32, Ordering::Relaxed);
+        h.token.store(token, Ordering::Relaxed);
         h.windows_open.store(1, Ordering::Relaxed);
         // SYNC POINT B: publishes the header fields above (Acquire in `open`).
         h.version.store(CONTROL_VERSION, Ordering::Release);
@@ -161,21 +194,35 @@ impl Control {
         Ok(c)
     }
 
-    /// Map `task`'s control segment for task `me`: by name, or through the
-    /// descriptor its owner (process `pid`, if known) holds once the name
-    /// is gone.
-    pub fn open(dir: &str, job: &str, task: u32, me: u32, pid: Option<u32>) -> Result<Control> {
-        let name = control_name(job, task);
+    /// Map `task`'s control segment, whose token its address gave, for
+    /// task `me`: by name, or through the descriptor its owner (process
+    /// `pid`, if known) holds once the name is gone.
+    pub fn open(dir: &str, job: &str, token: u64, task: u32, me: u32, pid: Option<u32>) -> Result<Control> {
+        let name = control_name(job, token, task);
         let seg = match (Segment::open(dir, &name, CONTROL_BYTES), pid) {
             (Err(Error::Shm), Some(pid)) => Segment::open_held_by(pid, dir, &name, CONTROL_BYTES)?,
             (r, _) => r?,
         };
+        Control::checked(seg, token, task, me)
+    }
+
+    /// Map the control segment of `task` that process `pid` holds, its
+    /// token unknown: a sender seen in our queue before we had its address.
+    /// The token in the header must be the one in the file's name.
+    pub fn open_of_process(dir: &str, job: &str, task: u32, me: u32, pid: u32) -> Result<Control> {
+        let (seg, name) = Segment::open_held_where(pid, dir, |n| is_control_of(n, job, task), CONTROL_BYTES)?;
+        let token = control_token(&name).ok_or(Error::Shm)?;
+        Control::checked(seg, token, task, me)
+    }
+
+    fn checked(seg: Segment, token: u64, task: u32, me: u32) -> Result<Control> {
         let mut c = Control::with(seg, 0)?;
         let h = c.header();
         // SYNC POINT B (reader side).
         if h.version.load(Ordering::Acquire) != CONTROL_VERSION
             || h.magic.load(Ordering::Relaxed) != CONTROL_MAGIC
             || h.owner_task.load(Ordering::Relaxed) != task
+            || h.token.load(Ordering::Relaxed) != token
         {
             return Err(Error::Shm);
         }
@@ -191,6 +238,13 @@ impl Control {
             c.seg_mut().unlink();
         }
         Ok(c)
+    }
+
+    /// The token of this segment's name (0: private, no name): the one
+    /// its header holds (`checked`), read from the name, which no other
+    /// process can change under us.
+    pub fn token(&self) -> u64 {
+        self.seg.name().and_then(control_token).unwrap_or(0)
     }
 
     fn with(seg: Segment, queue_bytes: u64) -> Result<Control> {
@@ -309,7 +363,7 @@ mod tests {
         let job = format!("ct-populate-{}", std::process::id());
         let queue_bytes = 512 * 1024;
         let owner = Control::create("/dev/shm", &job, 0, Some(1), queue_bytes).unwrap();
-        let sender = Control::open("/dev/shm", &job, 0, 1, None).unwrap();
+        let sender = Control::open("/dev/shm", &job, owner.token(), 0, 1, None).unwrap();
         sender.populate_queue(0);
         let pages = QueueRef::bytes(queue_bytes as u64) as usize / 4096;
         let page = |c: &Control, k: usize| c.seg.base().wrapping_add(queue_at(0, queue_bytes as u64) + k * 4096);

@@ -261,7 +261,7 @@ impl BoxesRx {
             }
             let task = o - 1;
             // Box records are whole messages: no bulk segments to name.
-            let id = BulkId { dir: String::new(), job: String::new(), src: 0, dst: place.me, window: 0 };
+            let id = BulkId { dir: String::new(), job: String::new(), token: 0, src: 0, dst: place.me, window: 0 };
             let me = place.me;
             match (place.open)(i).and_then(|q| QueueConsumer::new(q, id, place.max_message)) {
                 _ if task >= crate::sys::limits::MAX_TASKS => {
@@ -387,7 +387,7 @@ mod loom_tests {
             let table = Arc::new(BoxTable::default());
             let bell = Arc::new(AtomicU32::new(0));
             let fx = Arc::new(FakeFutex::new());
-            let id = |src| BulkId { dir: String::new(), job: String::new(), src, dst: RECEIVER, window: 0 };
+            let id = |src| BulkId { dir: String::new(), job: String::new(), token: 0, src, dst: RECEIVER, window: 0 };
             let p = QueueProducer::new(queue.clone(), id(SENDER), PID, 0).unwrap();
             let (t2, b2, f2, box2) = (table.clone(), bell.clone(), fx.clone(), fast_box.clone());
             let sender = loom::thread::spawn(move || {

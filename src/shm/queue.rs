@@ -74,6 +74,8 @@ const TABLE_TASKS: usize = MAX_TASKS as usize;
 #[cfg(loom)]
 const TABLE_TASKS: usize = 64;
 const WORDS: usize = TABLE_TASKS / 64;
+/// Bulk buffer names a sender tries before it sends in chunks instead.
+const BULK_NAME_TRIES: u32 = 8;
 /// Lines a producer asks for ahead of the next record: 2 KiB (1 KiB
 /// messages: 2.2 -> 4.6 M msg/s; one line ahead only, 8-byte messages:
 /// 7.8 -> 9.2).
@@ -414,6 +416,8 @@ impl QueueRef {
 pub struct BulkId {
     pub dir: String,
     pub job: String,
+    /// The receiver's token (its control segment's).
+    pub token: u64,
     pub src: u32,
     pub dst: u32,
     pub window: u32,
@@ -970,11 +974,9 @@ impl QueueProducer {
             if self.bulk_failed {
                 return None;
             }
-            let id = &self.id;
-            let generation = self.bulk.as_ref().map_or(0, |b| b.generation + 1);
-            match BulkProducer::create(&id.dir, &id.job, id.src, id.dst, id.window, generation, slot_bytes_for(total)) {
-                Ok(b) => self.retired.extend(self.bulk.replace(b)),
-                Err(_) => {
+            match self.new_generation(total) {
+                Some(b) => self.retired.extend(self.bulk.replace(b)),
+                None => {
                     self.bulk_failed = true;
                     return None;
                 }
@@ -995,6 +997,26 @@ impl QueueProducer {
             self.put(Record::new(BULK_REF_BYTES as u64, tag, FIRST | LAST | BULK), None, Some((&Gather::new(&parts), 0)));
         }
         Some(true)
+    }
+
+    /// The next bulk generation, for messages of `total` bytes: the one
+    /// after the current, or, if its name is taken, one a random step
+    /// further (generations only grow: the receiver refuses a lower one).
+    /// None: none can be made.
+    fn new_generation(&self, total: u64) -> Option<BulkProducer> {
+        let id = &self.id;
+        let mut generation = self.bulk.as_ref().map_or(Some(0), |b| b.generation.checked_add(1))?;
+        for _ in 0..BULK_NAME_TRIES {
+            match BulkProducer::create(&id.dir, &id.job, id.token, id.src, id.dst, id.window, generation, slot_bytes_for(total)) {
+                Ok(Some(b)) => return Some(b),
+                Ok(None) => {
+                    let step = u32::from_le_bytes(crate::sys::random().ok()?) >> 12;
+                    generation = generation.checked_add(1 + step)?;
+                }
+                Err(_) => return None,
+            }
+        }
+        None
     }
 
     /// SYNC POINT Q2 (producer side): ask the consumer to ring us when it
@@ -1225,7 +1247,7 @@ impl QueueConsumer {
             Some(b) if b.generation > generation => return Err(Error::Shm),
             _ => {
                 let id = &self.id;
-                let b = BulkConsumer::open(&id.dir, &id.job, src, id.dst, id.window, generation)?;
+                let b = BulkConsumer::open(&id.dir, &id.job, id.token, src, id.dst, id.window, generation)?;
                 self.bulk.insert(src, b);
             }
         }
@@ -1289,7 +1311,7 @@ mod tests {
 
     fn fixture(tag: &str, cap: u64) -> Fixture {
         let job = format!("uq-{}-{}", tag, std::process::id());
-        let seg = Segment::create("/dev/shm", &format!("doorbell-{job}-q"), QueueRef::bytes(cap) as usize + 64, Owner::Unlocked).unwrap();
+        let seg = Segment::create("/dev/shm", &format!("doorbell-{job}-q"), QueueRef::bytes(cap) as usize + 64, Owner::Unlocked).unwrap().unwrap();
         Fixture { seg: Arc::new(seg), job, cap }
     }
 
@@ -1298,7 +1320,7 @@ mod tests {
             QueueRef::new(self.seg.clone(), 64, self.cap).unwrap()
         }
         fn id(&self, src: u32) -> BulkId {
-            BulkId { dir: "/dev/shm".into(), job: self.job.clone(), src, dst: 9, window: 0 }
+            BulkId { dir: "/dev/shm".into(), job: self.job.clone(), token: 9, src, dst: 9, window: 0 }
         }
         fn producer(&self, src: u32, pid: u32, bulk_max: u64) -> QueueProducer {
             QueueProducer::new(self.q(), self.id(src), pid, bulk_max).unwrap()
@@ -1907,7 +1929,7 @@ mod loom_tests {
     const PID: u32 = 77;
 
     fn id() -> BulkId {
-        BulkId { dir: String::new(), job: String::new(), src: PRODUCER, dst: 0, window: 0 }
+        BulkId { dir: String::new(), job: String::new(), token: 0, src: PRODUCER, dst: 0, window: 0 }
     }
 
     fn message(i: u8, len: usize) -> Vec<u8> {

@@ -1,4 +1,5 @@
-//! Shared-memory segments: a file in the shm directory, mapped MAP_SHARED.
+//! Shared-memory segments: a file in the shm directory, mapped MAP_SHARED
+//! (or, for an endpoint nobody maps, private memory: `Segment::private`).
 //!
 //! A segment owns its mapping and knows whether it must unlink its file
 //! when dropped.  Layout types placed in a segment implement `ShmSafe`.
@@ -9,13 +10,19 @@
 //! `base()`, as atomics (`at`) or as bytes the ring and bulk protocols hand
 //! from one side to the other.
 //!
-//! Names are not trusted (anyone may create files in /dev/shm): a file is
-//! opened with O_NOFOLLOW and used only if it is a regular file owned by our
+//! Names are not trusted (anyone may create files in /dev/shm).  Every file
+//! of an endpoint is named after its *stem*, `doorbell-<job>-<token>`, the
+//! token a random 64-bit number drawn when the endpoint makes its control
+//! segment and published in its address: nobody can know a name before it
+//! is made.  A file is created only with O_EXCL; a name that is taken
+//! (another user's file, a link, anything) is never used or removed: the
+//! creator draws a fresh name (`create` says `Ok(None)`).  A file is opened
+//! with O_NOFOLLOW and used only if it is a regular file owned by our
 //! effective uid with no group or other permission bits; anything else is
-//! refused (`Error::ShmRefused`, the file named on stderr).  A control
-//! segment is flock()ed by its owner for its lifetime: creating one whose
-//! lock is held fails (`Error::InUse`) instead of taking the live owner's
-//! name, and the reaper removes only files whose lock is free.
+//! refused (`Error::ShmRefused`, the file named on stderr), and the opener
+//! checks the token in its header.  A control segment is flock()ed by its
+//! owner for its lifetime, and the reaper removes only files whose lock is
+//! free.
 
 use crate::sys::error::{Error, Result};
 #[cfg(not(miri))]
@@ -151,13 +158,11 @@ pub enum Owner {
 }
 
 impl Segment {
-    /// Create `dir/name` (mode 0600, exclusive, no symlink followed),
-    /// reserve `len` bytes.  A file already there is replaced only if it
-    /// passes `check_ours` and, for a `Locked` segment, nobody holds its lock
-    /// (its owner is dead: a crashed earlier job).  A live owner's file gives
-    /// `Error::InUse`, anything not ours `Error::ShmRefused`; both name the
-    /// file on stderr.
-    pub fn create(dir: &str, name: &str, len: usize, owner: Owner) -> Result<Segment> {
+    /// Create `dir/name` (mode 0600, exclusive, no symlink followed) and
+    /// reserve `len` bytes.  `Ok(None)`: the name is taken -- by whatever:
+    /// another user's file, a link, a file of ours -- and left alone; draw
+    /// another name.
+    pub fn create(dir: &str, name: &str, len: usize, owner: Owner) -> Result<Option<Segment>> {
         Segment::create_reserving(dir, name, len, len, owner)
     }
 
@@ -165,63 +170,62 @@ impl Segment {
     /// file now; the rest stays a hole until `reserve_range` (a control
     /// segment reserves a window's queue when the window opens).  Nothing
     /// may touch a hole: on a full tmpfs that is a SIGBUS.
-    pub fn create_reserving(dir: &str, name: &str, len: usize, reserve: usize, owner: Owner) -> Result<Segment> {
+    pub fn create_reserving(dir: &str, name: &str, len: usize, reserve: usize, owner: Owner) -> Result<Option<Segment>> {
         let path = PathBuf::from(dir).join(name);
-        let open = || {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)
+        let opened = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path);
+        let file = match opened {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                note_taken(&path);
+                return Ok(None);
+            }
+            Err(e) => return Err(Error::shm(e)),
         };
-        // A few rounds: each one that fails lost a race to another creator
-        // or a reaper, which made progress.
-        for _ in 0..8 {
-            let file = match open() {
-                Ok(f) => f,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    replace_stale(&path, owner)?;
-                    continue;
-                }
-                Err(e) => return Err(Error::shm(e)),
-            };
+        // From here on every error path unlinks the file.
+        let made = (|| {
             if owner == Owner::Locked {
-                // Between create_new and this lock a replacer or reaper may
-                // have taken the free lock and removed the file; both remove
-                // only while holding the lock, so once we hold it and the
-                // name is still ours, nobody else removes it.
-                let locked = lock(&file, true).map_err(Error::shm)?;
-                if !locked || !still_names(&path, &file) {
-                    continue;
+                // Nobody else can hold it yet: the reaper locks only a file
+                // whose header is written, which we have not done.
+                if !lock(&file, false).map_err(Error::shm)? || !still_names(&path, &file) {
+                    return Err(Error::Shm);
                 }
             }
-            // From here on every error path unlinks the file.
-            let made = (|| {
-                // Reserve the blocks now: a full tmpfs is an error here, not
-                // a SIGBUS on first touch of the mapping.
-                if reserve < len {
-                    file.set_len(len as u64).map_err(Error::shm)?;
-                }
-                posix_fallocate(&file, 0, reserve.min(len) as libc::off_t).map_err(|e| Error::shm(e.into()))?;
-                Ok((map(&file)?, file_id(&file)?))
-            })();
-            return match made {
-                Ok((map, file_id)) => Ok(Segment {
-                    map,
-                    path,
-                    file_id,
-                    unlink_on_drop: true,
-                    held_file: (owner == Owner::Locked).then_some(file),
-                }),
-                Err(e) => {
+            // Reserve the blocks now: a full tmpfs is an error here, not a
+            // SIGBUS on first touch of the mapping.
+            if reserve < len {
+                file.set_len(len as u64).map_err(Error::shm)?;
+            }
+            posix_fallocate(&file, 0, reserve.min(len) as libc::off_t).map_err(|e| Error::shm(e.into()))?;
+            Ok((map(&file)?, file_id(&file)?))
+        })();
+        match made {
+            Ok((map, file_id)) => Ok(Some(Segment {
+                map,
+                path,
+                file_id,
+                unlink_on_drop: true,
+                held_file: (owner == Owner::Locked).then_some(file),
+            })),
+            Err(e) => {
+                if still_names(&path, &file) {
                     let _ = std::fs::remove_file(&path);
-                    Err(e)
                 }
-            };
+                Err(e)
+            }
         }
-        Err(Error::Shm)
+    }
+
+    /// A segment of `len` zeroed bytes in this process's private memory,
+    /// with no file (and an empty path): for an endpoint that no other
+    /// process maps (force_tcp), which then needs no shm directory at all.
+    pub fn private(len: usize) -> Result<Segment> {
+        Ok(Segment { map: map_private(len)?, path: PathBuf::new(), file_id: (0, 0), unlink_on_drop: false, held_file: None })
     }
 
     /// Map an existing segment of at least `min_len` bytes (no symlink
@@ -242,25 +246,33 @@ impl Segment {
 
     /// Map `dir/name` through a descriptor process `pid` holds open on it:
     /// the way to a segment whose name is already gone (its owner unlinked
-    /// it once the peers it expected had mapped it; see control.rs).  The
-    /// descriptor's link must name exactly that file, and the file passes
-    /// `check_ours` like any other.  Needs the same permission as reading
-    /// /proc/<pid>/fd (same user, the process dumpable).
+    /// it once the peers it expected had mapped it; see control.rs).
     pub fn open_held_by(pid: u32, dir: &str, name: &str, min_len: usize) -> Result<Segment> {
-        let path = PathBuf::from(dir).join(name);
-        let want = std::fs::canonicalize(dir).map_err(Error::shm)?.join(name);
-        let gone = format!("{} (deleted)", want.display());
+        Segment::open_held_where(pid, dir, |n| n == name, min_len).map(|(seg, _)| seg)
+    }
+
+    /// Map the first file of `dir` that process `pid` holds open and whose
+    /// name `pick` accepts, named or not; with that name.  The descriptor's
+    /// link must point into `dir`, and the file passes `check_ours` like
+    /// any other.  Needs the same permission as reading /proc/<pid>/fd
+    /// (same user, the process dumpable).
+    pub fn open_held_where(pid: u32, dir: &str, pick: impl Fn(&str) -> bool, min_len: usize) -> Result<(Segment, String)> {
+        let canon = std::fs::canonicalize(dir).map_err(Error::shm)?;
         let fds = PathBuf::from(format!("/proc/{pid}/fd"));
         for entry in std::fs::read_dir(&fds).map_err(Error::shm)?.flatten() {
             let Ok(target) = std::fs::read_link(entry.path()) else { continue };
-            if target != want && target.as_os_str() != gone.as_str() {
+            let Some(target) = target.to_str() else { continue };
+            let target = target.strip_suffix(" (deleted)").unwrap_or(target);
+            let Some((parent, name)) = target.rsplit_once('/') else { continue };
+            if Path::new(parent) != canon || !pick(name) {
                 continue;
             }
             // The magic link is followed on purpose; what we map is checked
             // on the descriptor we get.
             let Ok(file) = OpenOptions::new().read(true).write(true).open(entry.path()) else { continue };
+            let path = PathBuf::from(dir).join(name);
             check_ours(&path, &file.metadata().map_err(Error::shm)?)?;
-            return Segment::from_file(path, &file, min_len);
+            return Ok((Segment::from_file(path, &file, min_len)?, name.to_string()));
         }
         Err(Error::Shm)
     }
@@ -268,15 +280,24 @@ impl Segment {
     /// Reserve bytes `off..off + len` of a segment we created and hold
     /// (`Owner::Locked`): from now on touching them cannot SIGBUS.
     pub fn reserve_range(&self, off: usize, len: usize) -> Result<()> {
-        let file = self.held_file.as_ref().ok_or(Error::Internal)?;
         if off.checked_add(len).is_none_or(|end| end > self.len()) {
             return Err(Error::Internal);
         }
+        // Private memory (`private`) has no tmpfs blocks to run out of.
+        if self.path.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let file = self.held_file.as_ref().ok_or(Error::Internal)?;
         posix_fallocate(file, off as libc::off_t, len as libc::off_t).map_err(|e| Error::shm(e.into()))
     }
 
     pub fn len(&self) -> usize {
         self.map.len()
+    }
+
+    /// The file's name in its directory (None: a private segment).
+    pub fn name(&self) -> Option<&str> {
+        self.path.file_name().and_then(|n| n.to_str())
     }
 
     /// Map the pages of bytes `off..off + len` (reserved ones: on a hole
@@ -384,62 +405,88 @@ mod miri_map {
         blocks.push((key, MmapRaw { ptr, len: len.max(1) }));
         Ok(MmapRaw { ptr, len })
     }
+
+    /// A zeroed, page-aligned block of its own, never freed.
+    pub fn private(len: usize) -> std::io::Result<MmapRaw> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(std::io::ErrorKind::OutOfMemory.into());
+        }
+        Ok(MmapRaw { ptr, len })
+    }
+}
+
+#[cfg(not(miri))]
+fn map_private(len: usize) -> Result<MmapRaw> {
+    memmap2::MmapOptions::new().len(len).map_anon().map(MmapRaw::from).map_err(Error::shm)
 }
 
 #[cfg(miri)]
 use miri_map::MmapRaw;
 
 #[cfg(miri)]
+fn map_private(len: usize) -> Result<MmapRaw> {
+    miri_map::private(len).map_err(Error::shm)
+}
+
+#[cfg(miri)]
 fn map(file: &File) -> Result<MmapRaw> {
     miri_map::map(file).map_err(Error::shm)
 }
 
-/// `path` exists where we want to create a segment: remove it if it is a
-/// stale file of ours, or say why not.
-fn replace_stale(path: &Path, owner: Owner) -> Result<()> {
-    let file = match open_checked(path) {
-        Ok(f) => f,
-        // Gone meanwhile: try the create again.
-        Err(Error::Shm) if !path.exists() && std::fs::symlink_metadata(path).is_err() => return Ok(()),
-        Err(e) => return Err(e),
+/// A name we meant to create is taken.  Our names are drawn at random, so
+/// this is chance, a leftover of ours, or someone who read the directory
+/// and planted files at names derived from what they saw (a bulk buffer's
+/// first name follows from its receiver's stem): say so once per process,
+/// naming the first such file and its owner, and go on with a fresh name.
+fn note_taken(path: &Path) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let whose = match std::fs::symlink_metadata(path) {
+        Ok(md) if md.file_type().is_symlink() => "a symbolic link".to_string(),
+        Ok(md) => format!("a file of uid {}", md.uid()),
+        Err(_) => "a file gone meanwhile".to_string(),
     };
-    if owner == Owner::Locked && !lock(&file, false).map_err(Error::shm)? {
-        return Err(refuse(path, "a live endpoint of the same job key and task holds it (use another job key)", Error::InUse));
-    }
-    // Remove it only while it is still the file we checked (and, for a
-    // control segment, while we hold its lock).
-    if still_names(path, &file) {
-        let _ = std::fs::remove_file(path);
-    }
-    Ok(())
+    eprintln!("doorbell: {} is taken ({whose}); using fresh names instead (not reported again)", path.display());
 }
 
-/// What a file name in the shm directory is, parsed exactly: the name is
+/// What a file of one endpoint's stem is, parsed exactly: the name is
 /// `format`ted back from the parts and must come out the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// The endpoint's control segment.
     Control { task: u32 },
-    Ring { src: u32, dst: u32, window: u32 },
-    Bulk { src: u32, dst: u32, window: u32, generation: u32 },
+    /// A bulk buffer that sender `src` made for the endpoint (bulk.rs).
+    Bulk { src: u32, window: u32, generation: u32 },
 }
 
 impl Kind {
-    fn name(self, job: &str) -> String {
+    fn name(self, stem: &str) -> String {
         match self {
-            Kind::Control { task } => control_name(job, task),
-            Kind::Ring { src, dst, window } => ring_name(job, src, dst, window),
-            Kind::Bulk { src, dst, window, generation } => bulk_name(job, src, dst, window, generation),
+            Kind::Control { task } => format!("{stem}-c{task}"),
+            Kind::Bulk { src, window, generation } => format!("{stem}-r{src}-w{window}-b{generation}"),
         }
     }
+}
 
-    /// Does this file belong to `task` (its control, or a ring or bulk
-    /// buffer from or to it)?
-    fn names(self, task: u32) -> bool {
-        match self {
-            Kind::Control { task: t } => t == task,
-            Kind::Ring { src, dst, .. } | Kind::Bulk { src, dst, .. } => src == task || dst == task,
-        }
-    }
+/// The stem of every file of the endpoint whose control segment carries
+/// `token`: `doorbell-<job>-<token as 16 hex digits>`.
+pub fn stem(job: &str, token: u64) -> String {
+    format!("{PREFIX}{job}-{token:016x}")
+}
+
+pub fn control_name(job: &str, token: u64, task: u32) -> String {
+    Kind::Control { task }.name(&stem(job, token))
+}
+
+/// Generation `generation` of the bulk buffer from `src` on window
+/// `window` of the endpoint with `token` (its receiver).
+pub fn bulk_name(job: &str, token: u64, src: u32, window: u32, generation: u32) -> String {
+    Kind::Bulk { src, window, generation }.name(&stem(job, token))
 }
 
 fn number(s: &str) -> Option<u32> {
@@ -447,50 +494,60 @@ fn number(s: &str) -> Option<u32> {
     s.bytes().all(|b| b.is_ascii_digit()).then(|| s.parse().ok()).flatten()
 }
 
-/// The suffix of a file name after `doorbell-<job>-`.
+/// The suffix of a file name after `<stem>-`.
 fn parse_suffix(s: &str) -> Option<Kind> {
     if let Some(t) = s.strip_prefix('c') {
         return Some(Kind::Control { task: number(t)? });
     }
-    let s = s.strip_prefix('r')?;
-    let (src, s) = s.split_once('-')?;
-    let (dst, s) = s.split_once("-w")?;
-    let (window, generation) = match s.split_once("-b") {
-        Some((w, g)) => (w, Some(g)),
-        None => (s, None),
-    };
-    let (src, dst, window) = (number(src)?, number(dst)?, number(window)?);
-    Some(match generation {
-        Some(g) => Kind::Bulk { src, dst, window, generation: number(g)? },
-        None => Kind::Ring { src, dst, window },
-    })
+    let (src, s) = s.strip_prefix('r')?.split_once("-w")?;
+    let (window, generation) = s.split_once("-b")?;
+    Some(Kind::Bulk { src: number(src)?, window: number(window)?, generation: number(generation)? })
 }
 
-/// Is `name` exactly a file of `job`, and which?
-fn parse_of_job(name: &str, job: &str) -> Option<Kind> {
-    let s = name.strip_prefix(PREFIX)?.strip_prefix(job)?.strip_prefix('-')?;
-    let kind = parse_suffix(s)?;
-    (kind.name(job) == name).then_some(kind)
+/// Is `name` exactly a file of `stem`, and which?
+fn parse_of_stem(name: &str, stem: &str) -> Option<Kind> {
+    let kind = parse_suffix(name.strip_prefix(stem)?.strip_prefix('-')?)?;
+    (kind.name(stem) == name).then_some(kind)
 }
 
-/// Is `name` exactly a control segment, and of which job and task?  (The
-/// suffix `c<digits>` contains no "-c", so the job is what precedes the
-/// last "-c"; the job key's characters are checked as `Config` does.)
-fn parse_control(name: &str) -> Option<(&str, u32)> {
-    let (job, task) = name.strip_prefix(PREFIX)?.rsplit_once("-c")?;
+/// Is `stem` exactly `doorbell-<job>-<token>`, with a job key's
+/// characters (as `Config` checks them) and a nonzero token?
+fn stem_ok(stem: &str) -> bool {
+    let Some((job, token)) = stem.strip_prefix(PREFIX).and_then(|s| s.rsplit_once('-')) else { return false };
     let job_ok = !job.is_empty() && job.len() <= 40 && job.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
-    let task = number(task)?;
-    (job_ok && control_name(job, task) == name).then_some((job, task))
+    let token_ok = token.len() == 16 && token.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    job_ok && token_ok && u64::from_str_radix(token, 16).is_ok_and(|t| t != 0)
 }
 
-/// Remove the files in `dir` of `job` whose kind `hit` picks, if they are
-/// ours (`check_ours`, quietly: a foreign file is left alone).
-fn unlink_where(dir: &str, job: &str, hit: impl Fn(Kind) -> bool) {
+/// Is `name` exactly a control segment, and of which stem and task?  (The
+/// suffix `c<digits>` contains no "-c", so the stem is what precedes the
+/// last "-c".)
+fn parse_control(name: &str) -> Option<(&str, u32)> {
+    let (stem, task) = name.rsplit_once("-c")?;
+    let task = number(task)?;
+    (stem_ok(stem) && Kind::Control { task }.name(stem) == name).then_some((stem, task))
+}
+
+/// The token in a control segment's name.
+pub fn control_token(name: &str) -> Option<u64> {
+    let (stem, _) = parse_control(name)?;
+    u64::from_str_radix(stem.rsplit_once('-')?.1, 16).ok()
+}
+
+/// Is `name` exactly the control segment of task `task` of job `job`,
+/// whatever its token?
+pub fn is_control_of(name: &str, job: &str, task: u32) -> bool {
+    parse_control(name).is_some_and(|(stem, t)| t == task && stem.strip_prefix(PREFIX).and_then(|s| s.rsplit_once('-')).is_some_and(|(j, _)| j == job))
+}
+
+/// Remove the files in `dir` of `stem` whose kind `hit` picks, if they
+/// are ours (`check_ours`, quietly: a foreign file is left alone).
+fn unlink_where(dir: &str, stem: &str, hit: impl Fn(Kind) -> bool) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     for entry in rd.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        let Some(kind) = parse_of_job(name, job) else { continue };
+        let Some(kind) = parse_of_stem(name, stem) else { continue };
         if !hit(kind) {
             continue;
         }
@@ -505,34 +562,43 @@ fn quietly_ours(md: &std::fs::Metadata) -> bool {
     md.file_type().is_file() && md.uid() == euid() && md.mode() & 0o077 == 0
 }
 
-/// Remove every file of `job` that names `task` (its control segment and the
-/// rings and bulk buffers to and from it); used when that task died without
-/// cleaning up.  Names are matched exactly and only our own files go.
-pub fn unlink_task_files(dir: &str, job: &str, task: u32) {
-    unlink_where(dir, job, |k| k.names(task));
+/// Remove every file of task `task`'s endpoint with `stem` (its control
+/// segment and the bulk buffers made for it): it died without cleaning
+/// up.  Names are matched exactly and only our own files go.
+pub fn unlink_endpoint_files(dir: &str, stem: &str, task: u32) {
+    unlink_where(dir, stem, |k| match k {
+        Kind::Control { task: t } => t == task,
+        Kind::Bulk { .. } => true,
+    });
 }
 
-/// At `task`'s close: remove the bulk files that senders left for it
-/// (messages it never took; bulk.rs), and ring files of older versions.
-pub fn unlink_inbound_to(dir: &str, job: &str, task: u32) {
-    unlink_where(dir, job, |k| matches!(k, Kind::Ring { dst, .. } | Kind::Bulk { dst, .. } if dst == task));
+/// Remove the bulk buffers that sender `src` made for the endpoint with
+/// `stem` (the sender died: nobody will fill or free them).
+pub fn unlink_inbound_from(dir: &str, stem: &str, src: u32) {
+    unlink_where(dir, stem, |k| matches!(k, Kind::Bulk { src: s, .. } if s == src));
 }
 
-/// Remove the files of tasks whose process is gone: a job whose every task
-/// was killed leaves files nobody else would clean.  A control segment is a
-/// dead task's if (1) its name parses exactly, (2) it is ours (regular,
-/// our uid, mode 0600: a file another user planted is never a reason to
-/// delete anything), (3) nobody holds its flock (a live owner does, in any
-/// pid namespace), and (4) the owner pid it names (offset 12 of its header)
-/// no longer exists.  The task's files go while we hold its lock, so a
-/// creator that takes the name meanwhile notices (see `Segment::create`).
+/// At an endpoint's close: remove the bulk buffers senders left for it
+/// (messages it never took; bulk.rs).
+pub fn unlink_inbound(dir: &str, stem: &str) {
+    unlink_where(dir, stem, |k| matches!(k, Kind::Bulk { .. }));
+}
+
+/// Remove the files of endpoints whose process is gone: a job whose every
+/// task was killed leaves files nobody else would clean.  A control
+/// segment is a dead endpoint's if (1) its name parses exactly, (2) it is
+/// ours (regular, our uid, mode 0600: a file another user planted is never
+/// a reason to delete anything), (3) nobody holds its flock (a live owner
+/// does, in any pid namespace), and (4) the owner pid it names (offset 12
+/// of its header) no longer exists.  The endpoint's files go while we hold
+/// its lock.
 pub fn reap_dead_tasks(dir: &str) {
     use std::os::unix::fs::FileExt;
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     for entry in rd.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        let Some((job, task)) = parse_control(name) else { continue };
+        let Some((stem, task)) = parse_control(name) else { continue };
         let path = entry.path();
         let Ok(f) = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) else { continue };
         if !f.metadata().is_ok_and(|md| quietly_ours(&md)) {
@@ -549,23 +615,9 @@ pub fn reap_dead_tasks(dir: &str) {
         // Signal 0 only checks that the process exists.
         let gone = pid != 0 && kill(Pid::from_raw(pid as libc::pid_t), None) == Err(Errno::ESRCH);
         if gone && still_names(&path, &f) {
-            unlink_task_files(dir, job, task);
+            unlink_endpoint_files(dir, stem, task);
         }
     }
-}
-
-pub fn control_name(job: &str, task: u32) -> String {
-    format!("{PREFIX}{job}-c{task}")
-}
-
-pub fn ring_name(job: &str, src: u32, dst: u32, window: u32) -> String {
-    format!("{PREFIX}{job}-r{src}-{dst}-w{window}")
-}
-
-/// The bulk double buffer of that ring, one file per generation.  Its name
-/// extends the ring's, so unlink_task_files reaps it with the ring.
-pub fn bulk_name(job: &str, src: u32, dst: u32, window: u32, generation: u32) -> String {
-    format!("{}-b{generation}", ring_name(job, src, dst, window))
 }
 
 #[cfg(test)]
@@ -574,22 +626,77 @@ mod tests {
 
     #[test]
     fn names_parse_exactly() {
-        for (job, k) in [
-            ("j", Kind::Control { task: 3 }),
-            ("a-r0-x", Kind::Ring { src: 0, dst: 12, window: 1 }),
-            ("a-c1", Kind::Bulk { src: 4, dst: 0, window: 0, generation: 9 }),
-        ] {
-            assert_eq!(parse_of_job(&k.name(job), job), Some(k));
+        let st = stem("j", 0xabc);
+        assert_eq!(st, "doorbell-j-0000000000000abc");
+        for k in [Kind::Control { task: 3 }, Kind::Bulk { src: 4, window: 0, generation: 9 }] {
+            assert_eq!(parse_of_stem(&k.name(&st), &st), Some(k));
         }
-        // Another job's files never parse as ours, whatever the prefix.
-        assert_eq!(parse_of_job(&control_name("a-r0-x", 1), "a"), None);
-        assert_eq!(parse_of_job(&ring_name("a-r1", 0, 1, 0), "a"), None);
-        assert_eq!(parse_of_job(&control_name("a-r0-1-w0", 0), "a"), None);
-        assert_eq!(parse_of_job("doorbell-a-c+1", "a"), None);
-        assert_eq!(parse_of_job("doorbell-a-c01", "a"), None);
-        assert_eq!(parse_of_job("doorbell-a-r0-1-w0-bx", "a"), None);
-        assert_eq!(parse_control("doorbell-a-c1-c0"), Some(("a-c1", 0)));
-        assert_eq!(parse_control("doorbell-a/b-c0"), None);
-        assert_eq!(parse_control("doorbell-a-r0-1-w0"), None);
+        // Another stem's files never parse as ours, whatever the prefix.
+        let other = stem("j", 0xabd);
+        assert_eq!(parse_of_stem(&control_name("j", 0xabd, 1), &st), None);
+        assert_eq!(parse_of_stem(&format!("{st}-c1-c0"), &st), None);
+        assert_eq!(parse_of_stem(&format!("{st}-c+1"), &st), None);
+        assert_eq!(parse_of_stem(&format!("{st}-c01"), &st), None);
+        assert_eq!(parse_of_stem(&format!("{st}-r0-w0-bx"), &st), None);
+        assert_eq!(parse_of_stem(&format!("{st}-r0-1-w0"), &st), None);
+        assert_eq!(parse_control(&control_name("a-c1", 7, 0)), Some((stem("a-c1", 7).as_str(), 0)));
+        assert_eq!(parse_control(&format!("{other}-c2")), Some((other.as_str(), 2)));
+        assert_eq!(parse_control("doorbell-a-c0"), None, "no token");
+        assert_eq!(parse_control("doorbell-a-0000000000000000-c0"), None, "token 0");
+        assert_eq!(parse_control("doorbell-a-000000000000000A-c0"), None, "upper case");
+        assert_eq!(parse_control("doorbell-a/b-0000000000000001-c0"), None);
+        assert_eq!(parse_control(&bulk_name("a", 1, 0, 1, 0)), None);
+        assert!(is_control_of(&control_name("x-1", 5, 3), "x-1", 3));
+        assert!(!is_control_of(&control_name("x-1", 5, 3), "x", 3));
+        assert!(!is_control_of(&control_name("x-1", 5, 3), "x-1", 4));
+        assert_eq!(control_token(&control_name("x-1", u64::MAX, 3)), Some(u64::MAX));
+    }
+
+    fn private_dir(tag: &str) -> String {
+        let d = format!("/dev/shm/dbt-seg-{tag}-{}", std::process::id());
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir(&d).unwrap();
+        d
+    }
+
+    /// A name that is taken -- a link, a file of ours, another user's file
+    /// -- is neither used nor removed: create says so, and the next name
+    /// goes through.
+    #[test]
+    #[cfg_attr(miri, ignore = "files, links and owners")]
+    fn a_taken_name_is_left_alone_and_another_is_made() {
+        let dir = private_dir("taken");
+        let target = format!("{dir}/target");
+        std::fs::write(&target, b"keep").unwrap();
+        std::os::unix::fs::symlink(&target, format!("{dir}/link")).unwrap();
+        std::fs::write(format!("{dir}/mine"), b"mine").unwrap();
+        let mut taken = vec!["link", "mine"];
+        if euid() == 0 {
+            std::fs::write(format!("{dir}/foreign"), b"theirs").unwrap();
+            std::os::unix::fs::chown(format!("{dir}/foreign"), Some(65534), Some(65534)).unwrap();
+            taken.push("foreign");
+        }
+        for owner in [Owner::Locked, Owner::Unlocked] {
+            for name in &taken {
+                assert!(Segment::create(&dir, name, 4096, owner).unwrap().is_none(), "{name} is taken");
+            }
+        }
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        assert!(std::fs::symlink_metadata(format!("{dir}/link")).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read(format!("{dir}/mine")).unwrap(), b"mine");
+        let seg = Segment::create(&dir, "fresh", 4096, Owner::Locked).unwrap().expect("a free name");
+        assert_eq!(seg.len(), 4096);
+        drop(seg);
+        assert!(std::fs::symlink_metadata(format!("{dir}/fresh")).is_err(), "dropped: unlinked");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A private segment has no name in any directory and maps like any.
+    #[test]
+    fn a_private_segment_has_no_name() {
+        let seg = Segment::private(8192).unwrap();
+        assert_eq!(seg.len(), 8192);
+        assert!(seg.path.as_os_str().is_empty());
+        seg.reserve_range(4096, 4096).unwrap();
     }
 }

@@ -20,7 +20,7 @@ pub enum Owner {
 pub enum Segment {}
 
 impl Segment {
-    pub fn create(_dir: &str, _name: &str, _len: usize, _owner: Owner) -> Result<Segment> {
+    pub fn create(_dir: &str, _name: &str, _len: usize, _owner: Owner) -> Result<Option<Segment>> {
         Err(Error::Shm)
     }
 
@@ -49,6 +49,6 @@ impl Segment {
     }
 }
 
-pub fn bulk_name(job: &str, src: u32, dst: u32, window: u32, generation: u32) -> String {
-    format!("doorbell-{job}-b{src}-{dst}-{window}-{generation}")
+pub fn bulk_name(job: &str, token: u64, src: u32, window: u32, generation: u32) -> String {
+    format!("doorbell-{job}-{token:016x}-r{src}-w{window}-b{generation}")
 }

@@ -19,5 +19,12 @@ pub mod try_lock;
 #[cfg(not(loom))]
 pub(crate) use os::{
     epoll_wait, futex_wait_shared, futex_wake_shared, membarrier_global, membarrier_register_global, now_ns, pidfd_open,
-    process_alive, recv, recv_append, recv_split, send_nosignal,
+    poll, process_alive, random, random_nonzero_u64, recv, recv_append, recv_split, send_nosignal, tcp_unacked,
 };
+
+/// Under loom no file is named (segment_loom.rs), so nothing draws a
+/// random name: asking is an error.
+#[cfg(loom)]
+pub(crate) fn random<const N: usize>() -> std::io::Result<[u8; N]> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}

@@ -4,8 +4,10 @@
 //! io::Result (or nothing, where failure only means "go around the loop
 //! again").
 //!
-//! nix lacks: futex(2) on a shared word, membarrier(2), pidfd_open(2), and
-//! a recv into a buffer's uninitialised spare capacity (recv_append).
+//! nix lacks: futex(2) on a shared word, membarrier(2), pidfd_open(2), a
+//! recv into a buffer's uninitialised spare capacity (recv_append) and a
+//! socket's unacknowledged bytes (SIOCOUTQ); poll(2) is here because the
+//! build leaves nix's out.
 //!
 //! Costs: the calls on the message path (epoll_wait, recv, sendmsg) go
 //! through syscall(2), not the glibc wrappers that nix calls: in a process
@@ -227,9 +229,98 @@ pub unsafe fn recv_split(fd: RawFd, first: *mut u8, len: usize, rest: &mut [u8])
     syscall!(r).map(|n| n as usize)
 }
 
+/// N bytes from the kernel's RNG (getrandom(2); blocks only before the
+/// pool is first seeded at boot).
+pub fn random<const N: usize>() -> std::io::Result<[u8; N]> {
+    let mut b = [0u8; N];
+    fill(&mut b, |rest| {
+        // SAFETY: writes at most rest.len() bytes into `rest`, which is ours.
+        let r = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if r < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    })?;
+    Ok(b)
+}
+
+/// Fill all of `b` from `source`, which writes a prefix of the slice it is
+/// given and says how long: a short read asks again for the rest, EINTR
+/// asks again, any other error ends it.
+fn fill(b: &mut [u8], mut source: impl FnMut(&mut [u8]) -> std::io::Result<usize>) -> std::io::Result<()> {
+    let mut got = 0;
+    while got < b.len() {
+        match source(&mut b[got..]) {
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A random nonzero u64 (getrandom(2)).
+pub fn random_nonzero_u64() -> io::Result<u64> {
+    loop {
+        let v = u64::from_le_bytes(random()?);
+        if v != 0 {
+            return Ok(v);
+        }
+    }
+}
+
+/// Bytes written to a TCP socket that its peer's kernel has not
+/// acknowledged yet (SIOCOUTQ); after a shutdown of the write side the
+/// FIN counts as one.
+pub fn tcp_unacked(fd: RawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int to the pointer given.
+    syscall!(unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut libc::c_int) })?;
+    Ok(n.max(0) as usize)
+}
+
+/// poll(2) on `fds` for up to `timeout_ms`; the number of ready entries
+/// (0 on timeout or a signal).
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: `fds` is a valid array of pollfd for its length.
+    match syscall!(unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) }) {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};
+    use super::fill;
+
+    /// The kernel may return fewer bytes than asked, or EINTR: each byte
+    /// is filled exactly once, in order, and other errors end the fill.
+    #[test]
+    fn short_reads_and_interruptions_fill_the_rest() {
+        let mut next = 0u8;
+        let mut calls = 0;
+        let mut b = [0u8; 20];
+        fill(&mut b, |rest| {
+            calls += 1;
+            if calls % 3 == 0 {
+                return Err(std::io::ErrorKind::Interrupted.into());
+            }
+            let n = rest.len().min(3);
+            for x in &mut rest[..n] {
+                next += 1;
+                *x = next;
+            }
+            Ok(n)
+        })
+        .unwrap();
+        assert_eq!(b.to_vec(), (1..=20).collect::<Vec<u8>>());
+        let e = fill(&mut b, |_| Err(std::io::ErrorKind::PermissionDenied.into())).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+    }
+
 
     /// The FLIH's check for peers no pidfd watches: an exited child that
     /// nobody reaped yet (a zombie) is gone, and so is a reaped one.

@@ -223,7 +223,7 @@ impl Inner {
         }
         let mut tx = lock(&p.tx);
         if tx.queues[window as usize].is_none() {
-            let id = BulkId { dir: self.cfg.shm_dir.clone(), job: self.cfg.job.clone(), src: self.cfg.task, dst: p.task, window };
+            let id = BulkId { dir: self.cfg.shm_dir.clone(), job: self.cfg.job.clone(), token: ctl.token(), src: self.cfg.task, dst: p.task, window };
             let prod = QueueProducer::new(ctl.queue(window)?, id, std::process::id(), self.cfg.bulk_max)?;
             ctl.populate_queue(window);
             let _ = p.writers[window as usize].set(prod.writer().clone());
@@ -462,7 +462,7 @@ impl Inner {
     /// and window_open: until then `inbound_pending` and `has_work` would
     /// not see what senders already put there).
     pub(crate) fn take_up_queue(&self, window: u32, rx: &mut WindowRx) -> Result<()> {
-        let id = BulkId { dir: self.cfg.shm_dir.clone(), job: self.cfg.job.clone(), src: 0, dst: self.cfg.task, window };
+        let id = BulkId { dir: self.cfg.shm_dir.clone(), job: self.cfg.job.clone(), token: self.control.token(), src: 0, dst: self.cfg.task, window };
         rx.queue = Some(QueueConsumer::new(self.control.queue(window)?, id, self.cfg.max_message)?);
         rx.known = vec![0; (MAX_TASKS / 64) as usize];
         Ok(())

@@ -8,7 +8,7 @@ use crate::endpoint::peers::Peer;
 use crate::endpoint::{Inner, WindowLocal};
 use crate::net::frame::{self, FrameHeader, READ_REQUEST};
 use crate::net::remote_read::{Exposures, ReadDone, ReadDst, ReadRequest, Reads};
-use crate::net::tcp::{Conn, RxBudget, RxEnd, RxEvent, CONN_EVENTS};
+use crate::net::tcp::{CloseStep, Closing, Conn, RxBudget, RxEnd, RxEvent, CONN_EVENTS};
 use crate::shm::bell;
 use crate::shm::shared_bytes::SharedBytes;
 use crate::sys;
@@ -17,12 +17,15 @@ use crate::sys::error::{Error, Result};
 use crate::sys::limits::MAX_WINDOWS;
 use crate::sys::sync::lock;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// The abort notice (frame.rs KIND_ABORT).
+const ABORT: FrameHeader = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_ABORT };
 
 pub(crate) struct Inbound {
     pub(crate) src: u32,
@@ -51,6 +54,9 @@ pub(crate) struct TcpSide {
     reads: Reads,
     /// Connections that stopped reading for want of budget.
     throttled: Mutex<Vec<Arc<Conn>>>,
+    /// A task of the job said over TCP that the job is ending (an abort),
+    /// itself or passing it on.
+    abort_heard: AtomicBool,
 }
 
 const _: () = assert!(std::mem::offset_of!(TcpSide, conn_count) == 0, "Inner's layout check counts on it");
@@ -65,6 +71,7 @@ impl TcpSide {
             exposures: Exposures::default(),
             reads: Reads::default(),
             throttled: Mutex::new(Vec::new()),
+            abort_heard: AtomicBool::new(false),
         })
     }
 
@@ -89,6 +96,11 @@ impl TcpSide {
         self.exposures.expose(task, base, len)
     }
 
+    /// Is a connection of `task` still open (either side's)?
+    pub(crate) fn has_conn_of(&self, task: u32) -> bool {
+        lock(&self.conns).values().any(|c| c.task() == task)
+    }
+
     /// Whether data of some read arrived since the last call.
     pub(crate) fn reads_moved(&self) -> bool {
         self.reads.take_moved()
@@ -102,6 +114,10 @@ impl TcpSide {
 
 impl Inner {
     pub(crate) fn tcp_conn(&self, p: &Peer) -> Result<Arc<Conn>> {
+        // It said goodbye: nobody would read what we send.
+        if p.gone.load(Ordering::Acquire) {
+            return Err(Error::PeerLost);
+        }
         let mut slot = lock(&p.conn);
         if let Some(c) = slot.as_ref() {
             if !c.dead.load(Ordering::Acquire) {
@@ -232,6 +248,7 @@ impl Inner {
     pub(crate) fn conn_readable(&self, conn: &Arc<Conn>, hup: bool) {
         let mut touched = [false; MAX_WINDOWS as usize];
         let mut goodbye = false;
+        let mut abort = false;
         let mut released = false;
         let mut requests = vec![];
         let task = conn.task();
@@ -244,6 +261,7 @@ impl Inner {
                 touched[window as usize] = true;
             }
             RxEvent::Goodbye => goodbye = true,
+            RxEvent::Abort => abort = true,
             RxEvent::Released => released = true,
             RxEvent::ReadRequest(r) => requests.push(r),
             RxEvent::ReadDone { id } => self.read_ended(id, Ok(())),
@@ -259,6 +277,9 @@ impl Inner {
                 p.gone.store(true, Ordering::Release);
             }
         }
+        if abort {
+            self.abort_heard();
+        }
         for (w, t) in touched.iter().enumerate() {
             if *t {
                 self.wake_own(w as u32);
@@ -272,7 +293,12 @@ impl Inner {
                     self.read_ended(id, Err(Error::PeerLost));
                 }
                 self.drop_conn(conn);
-                self.peer_exited(task);
+                // After a goodbye the peer's other connection, if any, may
+                // still hold what it sent: its end reports the close.
+                let said_goodbye = self.peer(task).is_ok_and(|p| p.gone.load(Ordering::Acquire));
+                if end == RxEnd::Garbage || !said_goodbye || !self.tcp.has_conn_of(task) {
+                    self.peer_exited(task);
+                }
                 released = true;
             }
         }
@@ -397,18 +423,118 @@ impl Inner {
         n
     }
 
-    /// Orderly close, TCP part: a goodbye frame to every connection, so
-    /// the peer takes our exit for a close, not a loss.
-    pub(crate) fn goodbye_tcp(&self) {
-        for c in self.tcp.conns() {
-            let hdr = FrameHeader { len: 0, window: 0, tag: 0, kind: frame::KIND_GOODBYE };
-            if c.send(hdr, &[], u64::MAX).is_ok() {
-                for _ in 0..1000 {
-                    if c.flush().unwrap_or(true) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_micros(100));
+    /// This task ends the job (an abort): an abort frame to every
+    /// connection, ahead of what is queued and of any batch, and over a
+    /// connection made for it to each same-node peer we have none with
+    /// (it watches our pid, and would take our exit for a crash).  Best
+    /// effort, and bounded: the process is about to exit, so all of it
+    /// gets ABORT_BUDGET, as far as the peers and sockets allow.
+    pub(crate) fn announce_abort_tcp(&self) {
+        const ABORT_BUDGET: Duration = Duration::from_secs(1);
+        let deadline = sys::now_ns() + ABORT_BUDGET.as_nanos() as u64;
+        let mut waiting: Vec<Arc<Conn>> = self.tcp.conns().into_iter().filter(|c| c.send_ahead(ABORT) == Ok(false)).collect();
+        for p in self.peer_list() {
+            let watches_us = !p.local && p.addr.get().is_some_and(|a| a.node_id == self.cfg.node_id && a.task != self.cfg.task);
+            if !watches_us || p.ended.load(Ordering::Acquire) || self.tcp.has_conn_of(p.task) {
+                continue;
+            }
+            if sys::now_ns() >= deadline {
+                break;
+            }
+            if let Some(c) = self.conn_for_notice(&p, deadline) {
+                if c.send_ahead(ABORT) == Ok(false) {
+                    waiting.push(c);
                 }
+            }
+        }
+        while !waiting.is_empty() && sys::now_ns() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+            waiting.retain(|c| c.flush().is_ok() && c.ahead_pending());
+        }
+    }
+
+    /// A connection to `p` for an abort notice, each step of it bounded by
+    /// what is left until `deadline`.  None if it cannot be had in time.
+    fn conn_for_notice(&self, p: &Peer, deadline: u64) -> Option<Arc<Conn>> {
+        let addr = *p.addr.get()?;
+        let left = Duration::from_nanos(deadline.checked_sub(sys::now_ns())?);
+        let me = std::net::IpAddr::V4(*self.me.tcp.ip());
+        let mut stream = crate::net::congestion::connect(me, addr.tcp, left).ok()?;
+        crate::net::handshake::greet_within(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret, left).ok()?;
+        let conn = Conn::new(stream, self.new_token(), p.task, self.buf_pool.clone(), self.tcp.conn_epoll.clone()).ok()?;
+        let conn = Arc::new(conn);
+        self.add_conn(&conn).ok()?;
+        Some(conn)
+    }
+
+    /// A peer said the job is ending: pass it on to every connection,
+    /// once, and flag it in our control segment for same-node peers, so
+    /// ranks that never talked to the aborter hear it before the runtime
+    /// kills the ranks they do talk to.  Never waits.
+    fn abort_heard(&self) {
+        if self.tcp.abort_heard.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.control.header().aborting.store(1, Ordering::Release);
+        for c in self.tcp.conns() {
+            let _ = c.send_ahead(ABORT);
+        }
+    }
+
+    /// Did a peer say over TCP that it is ending the job?  What the
+    /// connections hold is read first.
+    pub(crate) fn abort_heard_tcp(&self) -> bool {
+        self.poll_conns();
+        self.tcp.abort_heard.load(Ordering::Acquire)
+    }
+
+    /// Orderly close, TCP part: a goodbye behind everything queued on
+    /// every connection, so the peer takes our exit for a close, not a
+    /// loss; then wait until each peer's kernel holds all of it (tcp.rs
+    /// `Closing`), however long its reader takes.  Connections accepted
+    /// meanwhile get their goodbye too.  Until every connection is done,
+    /// the done ones are still read (and what comes dropped): a peer
+    /// closing too may be waiting for room on one of them.  Between steps
+    /// the thread sleeps in poll: input, room to write, or a nap that grows
+    /// while nothing moves (an acknowledgement wakes no poll).
+    pub(crate) fn close_tcp(&self) {
+        const NAP_MAX_MS: i32 = 50;
+        let mut closing: Vec<(Closing, bool)> = Vec::new();
+        let mut begun = HashSet::new();
+        let mut scratch = vec![0u8; 64 << 10];
+        let mut nap_ms = 1;
+        loop {
+            for c in self.tcp.conns() {
+                if begun.insert(c.token) {
+                    closing.push((Closing::begin(c), false));
+                }
+            }
+            let mut moved = false;
+            closing.retain_mut(|(c, done)| match c.step(&mut scratch) {
+                CloseStep::Waiting { moved: m } => {
+                    moved |= m;
+                    *done = false;
+                    true
+                }
+                CloseStep::Done => {
+                    *done = true;
+                    true
+                }
+                CloseStep::Broken => false,
+            });
+            if closing.iter().all(|(_, done)| *done) {
+                return;
+            }
+            nap_ms = if moved { 1 } else { (nap_ms * 2).min(NAP_MAX_MS) };
+            let mut fds: Vec<libc::pollfd> = closing
+                .iter()
+                .map(|(c, _)| {
+                    let (fd, events) = c.poll_events();
+                    libc::pollfd { fd, events, revents: 0 }
+                })
+                .collect();
+            if sys::poll(&mut fds, nap_ms).is_err() {
+                std::thread::sleep(Duration::from_millis(nap_ms as u64));
             }
         }
     }

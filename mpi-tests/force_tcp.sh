@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# mpi-tests/force_tcp.sh -- doorbell where shared memory is not used or a
+# job ends abnormally, --mca btl self,doorbell, checked against the output.
+#
+# Runs in a private mount namespace (re-executes itself under `unshare -m`,
+# so needs root).  Scenarios:
+#   ro_shm     4 ranks with btl_doorbell_force_tcp 1 and /dev/shm a
+#              read-only tmpfs: force_tcp needs no shared memory, so the
+#              job runs (shm_full.c: alltoall, pairwise 1 MiB exchanges,
+#              alltoallv, every byte checked), every pair over tcp, and
+#              nothing is written there
+#   abort_tcp  rank 0 calls MPI_Abort while the other 3 wait in MPI_Recv
+#              (abort.c), force_tcp, RUNS times: the job ends with the
+#              abort's code and no rank reports a lost peer (an abort is
+#              not a crash).  Open MPI's own MPI_ABORT message is not
+#              asserted: mpirun loses it in about 1 run of 3 whatever the
+#              BTL ("ORTE_ERROR_LOG: Data unpack would read past end of
+#              buffer", vader and tcp alike)
+#   abort_shm  the same over shared memory
+# Prints PASS/FAIL per check and ends with "N passed, M failed".
+#
+# Environment: RUN_TIMEOUT (seconds per mpirun, 120), RUNS (abort runs per
+# path, 4), OUT (<repo>/target/mpi-tests-force-tcp).
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+if [[ ${FORCE_TCP_NS:-} != 1 ]]; then
+    # The read-only mount over /dev/shm is seen by this script alone.
+    exec env FORCE_TCP_NS=1 unshare -m --propagation private "$0" "$@"
+fi
+RUN_TIMEOUT=${RUN_TIMEOUT:-120}
+RUNS=${RUNS:-4}
+OUT=${OUT:-$ROOT/target/mpi-tests-force-tcp}
+mkdir -p "$OUT"
+rm -f "$OUT"/*.log
+PASSED=0
+FAILED=0
+pass() { PASSED=$((PASSED + 1)); printf 'PASS  %-66s %s\n' "$1" "${2:-}"; }
+fail() {
+    FAILED=$((FAILED + 1))
+    printf 'FAIL  %-66s %s\n' "$1" "${2:-}"
+    [[ -n ${3:-} && -f $3 ]] && tail -n 25 "$3" | sed 's/^/      | /'
+}
+finish() {
+    echo "$PASSED passed, $FAILED failed"
+    [[ $FAILED -eq 0 ]]
+    exit
+}
+
+for prog in shm_full abort; do
+    if mpicc.openmpi -O2 -g -Wall -Wextra -Werror -o "$OUT/$prog" "$HERE/$prog.c" >"$OUT/build-$prog.log" 2>&1; then
+        pass "build $prog"
+    else
+        fail "build $prog" "mpicc.openmpi failed" "$OUT/build-$prog.log"
+        finish
+    fi
+done
+
+MPIRUN=(timeout "$RUN_TIMEOUT" mpirun.openmpi --allow-run-as-root --oversubscribe --mca pml ob1
+        --mca btl self,doorbell --mca btl_doorbell_if_include lo)
+
+# paths PATH LOG: finalize reports "rank R peer P path=PATH" with P != R.
+paths() {
+    sed -n "s/.*btl doorbell: rank \([0-9]*\) peer \([0-9]*\) path=$1.*/\1 \2/p" "$2" | awk '$1 != $2' | wc -l
+}
+
+# ---- ro_shm: a read-only /dev/shm, force_tcp ----
+if mount -t tmpfs -o ro,size=1m,mode=1777 tmpfs /dev/shm; then
+    log=$OUT/ro_shm.log
+    if touch /dev/shm/probe 2>/dev/null; then
+        fail "ro_shm: /dev/shm is read-only" "a file could be made there"
+    else
+        pass "ro_shm: /dev/shm is read-only"
+    fi
+    np=4
+    env -u DOORBELL_SHM_DIR "${MPIRUN[@]}" -np $np --mca btl_doorbell_force_tcp 1 \
+        --mca btl_doorbell_verbose 1 "$OUT/shm_full" 1048576 >"$log" 2>&1
+    rc=$?
+    if [[ $rc == 0 ]] && grep -q "shm_full: OK ($np ranks)" "$log"; then
+        pass "ro_shm: $np ranks, data checked, exit 0"
+    else
+        fail "ro_shm: $np ranks, data checked, exit 0" "exit $rc" "$log"
+    fi
+    tcp=$(paths tcp "$log")
+    if [[ $tcp -eq $((np * (np - 1))) ]]; then
+        pass "ro_shm: every pair over doorbell's tcp" "($tcp of $((np * (np - 1))))"
+    else
+        fail "ro_shm: every pair over doorbell's tcp" "($tcp of $((np * (np - 1))))" "$log"
+    fi
+    left=$(ls -A /dev/shm)
+    if [[ -z $left ]]; then
+        pass "ro_shm: nothing in /dev/shm"
+    else
+        fail "ro_shm: nothing in /dev/shm" "$left"
+    fi
+    umount -l /dev/shm
+else
+    fail "ro_shm: mount a read-only tmpfs on /dev/shm" "mount failed (needs root)"
+fi
+
+# ---- abort: MPI_Abort is not a lost peer ----
+for path in tcp shm; do
+    force=0
+    [[ $path == tcp ]] && force=1
+    lost=0 bad=0
+    for run in $(seq 1 "$RUNS"); do
+        log=$OUT/abort_$path.$run.log
+        "${MPIRUN[@]}" -np 4 --mca btl_doorbell_force_tcp $force "$OUT/abort" >"$log" 2>&1
+        rc=$?
+        if [[ $rc != 3 ]]; then
+            bad=$((bad + 1))
+            fail "abort_$path: run $run ends with the abort's code, 3" "exit $rc" "$log"
+        fi
+        if grep -q "lost contact\|lost peer" "$log"; then
+            lost=$((lost + 1))
+            fail "abort_$path: run $run reports no lost peer" "" "$log"
+        fi
+    done
+    [[ $bad == 0 ]] && pass "abort_$path: $RUNS runs end with the abort's code, 3"
+    [[ $lost == 0 ]] && pass "abort_$path: no lost peer reported in $RUNS runs"
+done
+finish
