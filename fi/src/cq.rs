@@ -4,7 +4,8 @@
 
 use crate::domain::{self, DomainInner};
 use crate::ep::Ep;
-use crate::stubs::fid_ops;
+use crate::stubs::fid_ops_control;
+use crate::waitfd::WaitFd;
 use crate::sys::*;
 use crate::util::{fi_version_of, guard, neg, negs, ours, Table, EAGAIN, EINVAL, EOTHER, FI_ADDR_NONE};
 use crate::wait::Idle;
@@ -51,9 +52,11 @@ pub struct Cq {
     /// Reads sleeping now: a completion pushed from outside a progress
     /// pass (another thread's post) wakes them.
     pub sleeping: AtomicU32,
+    /// FI_WAIT_FD: the descriptor the application polls (waitfd.rs).
+    pub wait_fd: Option<Arc<WaitFd>>,
 }
 
-static FID_OPS: Table<fi_ops> = Table(fid_ops(close));
+static FID_OPS: Table<fi_ops> = Table(fid_ops_control(close, control));
 static OPS: Table<fi_ops_cq> = Table(fi_ops_cq {
     size: std::mem::size_of::<fi_ops_cq>(),
     read: Some(read),
@@ -81,10 +84,18 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, attr: *mut fi_cq_attr, cq: *mu
             return EINVAL;
         }
         let wait = a.map_or(FI_WAIT_NONE, |a| a.wait_obj);
-        if !matches!(wait, FI_WAIT_NONE | FI_WAIT_UNSPEC | FI_WAIT_YIELD) {
+        if !matches!(wait, FI_WAIT_NONE | FI_WAIT_UNSPEC | FI_WAIT_YIELD | FI_WAIT_FD) {
             crate::debug!("cq open: wait object {wait} not offered");
             return neg(FI_ENOSYS);
         }
+        let wait_fd = if wait == FI_WAIT_FD {
+            match WaitFd::new() {
+                Some(w) => Some(Arc::new(w)),
+                None => return neg(FI_ENOMEM),
+            }
+        } else {
+            None
+        };
         crate::debug!("cq open: format {format} wait {wait}");
         let c = Box::new(CqFid {
             fid: fid_cq { fid: fid { fclass: FI_CLASS_CQ as usize, context, ops: FID_OPS.ptr() }, ops: OPS.ptr() },
@@ -96,6 +107,7 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, attr: *mut fi_cq_attr, cq: *mu
                 idle: Mutex::new(Idle::new(&dom.inner.core.settings)),
                 signaled: AtomicBool::new(false),
                 sleeping: AtomicU32::new(0),
+                wait_fd,
             }),
         });
         // SAFETY: cq is a valid out pointer (checked above).
@@ -118,23 +130,59 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
         // SAFETY: the application closes a fid we made.
         let Some(c) = (unsafe { from_fid(f) }) else { return EINVAL };
         crate::debug!("cq close: {} sleeps", c.inner.idle.lock().unwrap_or_else(|p| p.into_inner()).sleeps);
+        if let Some(w) = &c.inner.wait_fd {
+            w.stop();
+        }
         // SAFETY: our boxed CqFid (checked), closed once.
         drop(unsafe { Box::from_raw(f as *mut CqFid) });
         0
     })
 }
 
+/// fi_control on a CQ: FI_GETWAIT hands out the FI_WAIT_FD descriptor.
+unsafe extern "C" fn control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard(EOTHER, || {
+        // SAFETY: the application passes a CQ fid we made.
+        let Some(c) = (unsafe { from_fid(f) }) else { return EINVAL };
+        match (command as u32, &c.inner.wait_fd) {
+            (FI_GETWAIT, Some(w)) if !arg.is_null() => {
+                // SAFETY: for FI_WAIT_FD, arg points to an int.
+                unsafe { *(arg as *mut c_int) = w.fd() };
+                0
+            }
+            (FI_GETWAITOBJ, _) if !arg.is_null() => {
+                let obj = if c.inner.wait_fd.is_some() { FI_WAIT_FD } else { FI_WAIT_NONE };
+                // SAFETY: arg points to an enum fi_wait_obj.
+                unsafe { *(arg as *mut fi_wait_obj) = obj };
+                0
+            }
+            _ => neg(FI_ENOSYS),
+        }
+    })
+}
+
 impl Cq {
-    pub fn bind(&self, ep: Weak<Ep>) {
+    pub fn bind(self: &Arc<Self>, ep: Weak<Ep>) {
         let mut eps = self.eps.write().unwrap_or_else(|p| p.into_inner());
         eps.retain(|e| e.strong_count() > 0);
         if !eps.iter().any(|e| e.ptr_eq(&ep)) {
             eps.push(ep);
         }
+        drop(eps);
+        if let Some(w) = &self.wait_fd {
+            w.start(Arc::downgrade(self));
+        }
     }
 
     pub fn push(&self, c: Completion) {
         self.queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(c);
+        if let Some(w) = &self.wait_fd {
+            w.signal();
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
     }
 
     pub fn eps(&self) -> Vec<Arc<Ep>> {
@@ -175,6 +223,13 @@ impl Cq {
                 unsafe { *src.add(n) = c.src };
             }
             n += 1;
+        }
+        let emptied = q.is_empty();
+        drop(q);
+        if emptied {
+            if let Some(w) = &self.wait_fd {
+                w.reset(self);
+            }
         }
         if n == 0 {
             EAGAIN
@@ -272,7 +327,10 @@ impl Cq {
                 },
                 None => std::time::Duration::from_millis(100),
             };
-            crate::wait::sleep_on(self, left.min(std::time::Duration::from_millis(100)));
+            match &self.wait_fd {
+                Some(w) => w.wait(left.min(std::time::Duration::from_millis(100))),
+                None => crate::wait::sleep_on(self, left.min(std::time::Duration::from_millis(100))),
+            }
         }
     }
 }

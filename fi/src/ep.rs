@@ -63,6 +63,11 @@ pub struct Ep {
     /// other thread waits for, unseen by us (wait.rs keeps sleeps short).
     first_thread: AtomicUsize,
     threads: AtomicBool,
+    /// One thread at a time delivers this window's messages: two passes
+    /// at once (an FI_WAIT_FD helper and the application, or two threads
+    /// of an FI_THREAD_SAFE caller) can hand the core's TCP inbox to the
+    /// matcher out of order.
+    delivering: Mutex<()>,
 }
 
 /// A cheap identity of the calling thread: the address of a thread-local.
@@ -144,6 +149,7 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, info: *mut fi_info, ep: *mut *
             enabled: AtomicBool::new(false),
             first_thread: AtomicUsize::new(0),
             threads: AtomicBool::new(false),
+            delivering: Mutex::new(()),
         });
         core.register(window, Arc::downgrade(&inner));
         crate::debug!("endpoint open: window {window} caps {caps:#x}");
@@ -386,6 +392,8 @@ impl Ep {
         if !core.ep.may_have_work(self.window).unwrap_or(true) {
             return;
         }
+        // Another thread delivers (or sleeps delivering): it reports.
+        let Ok(_one) = self.delivering.try_lock() else { return };
         match core.ep.progress(self.window, &mut |task, tag, bytes| self.deliver(task, tag, bytes)) {
             Ok(w) => self.woke(w),
             Err(e) => crate::debug!("progress: {e}"),
@@ -413,6 +421,7 @@ impl Ep {
     pub fn sleep(&self, d: Duration) {
         let core = &self.domain.core;
         let mode = Some(doorbell::WaitMode::Block);
+        let _one = self.delivering.lock().unwrap_or_else(|p| p.into_inner());
         match core.ep.wait(self.window, mode, Some(d), &mut |task, tag, bytes| self.deliver(task, tag, bytes)) {
             Ok(w) => self.woke(w),
             Err(e) => {

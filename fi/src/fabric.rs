@@ -5,6 +5,7 @@ use crate::params::{self, Settings};
 use crate::stubs::fid_ops;
 use crate::sys::*;
 use crate::util::{guard, ours, Table, EINVAL, ENOSYS, EOTHER};
+use crate::sys::FI_EAGAIN;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
@@ -95,6 +96,30 @@ unsafe extern "C" fn eq_open(_: *mut fid_fabric, _: *mut fi_eq_attr, _: *mut *mu
 unsafe extern "C" fn wait_open(_: *mut fid_fabric, _: *mut fi_wait_attr, _: *mut *mut fid_wait) -> c_int {
     ENOSYS
 }
-unsafe extern "C" fn trywait(_: *mut fid_fabric, _: *mut *mut fid, _: c_int) -> c_int {
-    ENOSYS
+/// fi_trywait: 0 if every queue is empty (the application may block on
+/// their descriptors), -FI_EAGAIN if one has completions to read.
+unsafe extern "C" fn trywait(_: *mut fid_fabric, fids: *mut *mut fid, count: c_int) -> c_int {
+    guard(EOTHER, || {
+        if fids.is_null() || count < 0 {
+            return EINVAL;
+        }
+        // SAFETY: the application passes count fid pointers.
+        let fids = unsafe { std::slice::from_raw_parts(fids, count as usize) };
+        for f in fids {
+            // SAFETY: each is a live fid of the application's.
+            let Some(c) = (unsafe { crate::cq::from_fid(*f) }) else { return EINVAL };
+            if c.inner.wait_fd.is_none() {
+                return EINVAL;
+            }
+            c.inner.progress();
+            if let Some(w) = &c.inner.wait_fd {
+                // A stale signal would end the caller's block at once.
+                w.reset(&c.inner);
+            }
+            if !c.inner.is_empty() {
+                return crate::util::neg(FI_EAGAIN);
+            }
+        }
+        0
+    })
 }

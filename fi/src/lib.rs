@@ -28,6 +28,7 @@ pub mod stubs;
 pub mod sys;
 pub mod util;
 pub mod wait;
+pub mod waitfd;
 pub mod wire;
 
 use sys::*;

@@ -87,6 +87,14 @@ pub const fn fid_ops(close: unsafe extern "C" fn(*mut fid) -> c_int) -> fi_ops {
     }
 }
 
+/// fi_ops with a real control.
+pub const fn fid_ops_control(
+    close: unsafe extern "C" fn(*mut fid) -> c_int,
+    control: unsafe extern "C" fn(*mut fid, c_int, *mut c_void) -> c_int,
+) -> fi_ops {
+    fi_ops { control: Some(control), ..fid_ops(close) }
+}
+
 /// fi_ops with real bind and control.
 pub const fn fid_ops_full(
     close: unsafe extern "C" fn(*mut fid) -> c_int,

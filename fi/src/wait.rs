@@ -200,7 +200,9 @@ impl Idle {
 pub fn maybe_sleep(cq: &Cq, entered: u64, peeking: bool) -> bool {
     let core = &cq.domain.core;
     let policy = core.settings.wait;
-    if policy == WaitPolicy::Poll {
+    // With FI_WAIT_FD the application waits on the descriptor, and its
+    // helper thread alone sleeps on the bell.
+    if policy == WaitPolicy::Poll || cq.wait_fd.is_some() {
         return false;
     }
     let (d, shortest) = {

@@ -1,9 +1,11 @@
 /* fi_check.c -- the doorbell provider through libfabric's own API, no MPI.
  *
- * Usage: FI_PROVIDER_PATH=<dir of libdoorbell-fi.so> fi_check [api]
+ * Usage: FI_PROVIDER_PATH=<dir of libdoorbell-fi.so> fi_check [api [waitfd]]
  *   api: "1.17" (default) or "core": ask for the running core's version
  *   (2.x under the MPICH wheel's libfabric; the error entry then has the
  *   2.x source address after the 1.17 fields, which is checked).
+ *   waitfd: the receiver's CQ has FI_WAIT_FD; fi_trywait, then poll() on
+ *   its descriptor must wake on the late message.
  *
  * Forks a peer; the two are tasks 0 and 1 of a private job and talk over
  * the core's shared memory (FI_DOORBELL_FORCE_TCP=1: over TCP).  Checks:
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,7 +58,9 @@ static struct fid_cq *cq;
 static struct fid_ep *ep;
 static struct fid_cntr *rcntr;
 static fi_addr_t self_addr, peer_addr;
-static int api_2x;
+static int api_2x, waitfd;
+static const char *step = "start"; /* for the error message */
+static struct fid_fabric *fabric;
 
 /* The error entry as a 2.x core's application sees it. */
 struct err_entry_2x {
@@ -98,14 +103,16 @@ static int next(struct fi_cq_tagged_entry *e, struct err_entry_2x *err)
             exit(2);
         }
     }
-    fprintf(stderr, "task %d: no completion in 5 s\n", me);
+    fprintf(stderr, "task %d: no completion in 5 s (%s)\n", me, step);
     exit(2);
 }
 
 static void expect_ok(struct fi_cq_tagged_entry *e, void *ctx, const char *what)
 {
     struct err_entry_2x err;
-    int r = next(e, &err);
+    int r;
+    step = what;
+    r = next(e, &err);
     CHECK(r == 1, "%s: error %d", what, r == 1 ? 0 : err.e.err);
     CHECK(e->op_context == ctx, "%s: context %p, want %p", what, e->op_context, ctx);
 }
@@ -114,7 +121,9 @@ static void expect_err(int want, void *ctx, size_t olen, const char *what)
 {
     struct fi_cq_tagged_entry e;
     struct err_entry_2x err;
-    int r = next(&e, &err);
+    int r;
+    step = what;
+    r = next(&e, &err);
     CHECK(r == -1 && err.e.err == want, "%s: got %s err %d, want %d", what, r == 1 ? "success" : "error",
           r == 1 ? 0 : err.e.err, want);
     if (r == -1) {
@@ -185,6 +194,7 @@ static void receiver(void)
     sync_peer(); /* 1 */
 
     /* Peek until it comes, claiming it; then receive the claimed one. */
+    step = "peek until found";
     for (;;) {
         struct err_entry_2x err;
         OK(fi_trecvmsg(ep, &m, FI_PEEK | FI_CLAIM));
@@ -250,6 +260,20 @@ static void receiver(void)
     OK(fi_trecv(ep, buf, sizeof buf, NULL, FI_ADDR_UNSPEC, 11, 0, &rctx));
     sync_peer(); /* 3 */
     t0 = now_s();
+    if (waitfd) {
+        /* The queue is empty: trywait says block; the descriptor wakes
+         * when the message comes, with nobody progressing. */
+        int fd = -1;
+        struct fid *f = &cq->fid;
+        struct pollfd p;
+        OK(fi_control(&cq->fid, FI_GETWAIT, &fd));
+        CHECK(fi_trywait(fabric, &f, 1) == 0, "trywait on an empty queue");
+        p.fd = fd;
+        p.events = POLLIN;
+        CHECK(poll(&p, 1, 3000) == 1, "poll on the wait fd");
+        CHECK(now_s() - t0 > 0.1, "the fd was readable after %.3f s", now_s() - t0);
+        CHECK(fi_trywait(fabric, &f, 1) == -FI_EAGAIN, "trywait with a completion queued");
+    }
     rc = fi_cq_sread(cq, &e, 1, NULL, 3000);
     CHECK(rc == 1 && e.op_context == &rctx, "sread: %zd", rc);
     CHECK(now_s() - t0 > 0.1 && now_s() - t0 < 2.5, "sread took %.3f s", now_s() - t0);
@@ -278,7 +302,6 @@ int main(int argc, char **argv)
     char job[64], name[64], peer_name[64];
     size_t len = sizeof name;
     struct fi_info *hints, *info;
-    struct fid_fabric *fabric;
     struct fid_domain *domain;
     struct fid_av *av;
     struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
@@ -290,6 +313,9 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "core") == 0)
         api = (int)fi_version();
     api_2x = FI_MAJOR(api) >= 2 || (FI_MAJOR(api) == 1 && FI_MINOR(api) >= 20);
+    waitfd = argc > 2 && strcmp(argv[2], "waitfd") == 0;
+    if (waitfd)
+        cq_attr.wait_obj = FI_WAIT_FD;
 
     snprintf(job, sizeof job, "fi_check.%d", (int)getpid());
     setenv("FI_DOORBELL_JOB", job, 1);
@@ -352,7 +378,7 @@ int main(int argc, char **argv)
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
             failures++;
         if (failures == 0)
-            printf("fi_check: OK (api %d.%d)\n", FI_MAJOR(api), FI_MINOR(api));
+            printf("fi_check: OK (api %d.%d%s)\n", FI_MAJOR(api), FI_MINOR(api), waitfd ? ", FI_WAIT_FD" : "");
     }
     return failures ? 1 : 0;
 }

@@ -107,16 +107,21 @@ if cc -O2 -Wall -I "$ROOT/fi/include" -o "$BIN/fi_check" "$ROOT/fi/tests/fi_chec
     for via in shm tcp; do
         tcp=0
         [[ $via == tcp ]] && tcp=1
-        for core in debian wheel; do
+        for core in debian wheel debian-waitfd; do
             envs=(FI_PROVIDER_PATH="$PROV" FI_DOORBELL_IF_INCLUDE=lo FI_DOORBELL_FORCE_TCP=$tcp)
             name="fi_check $via (libfabric 1.17)"
+            wait_arg=()
+            if [[ $core == debian-waitfd ]]; then
+                wait_arg=(waitfd)
+                name="fi_check $via FI_WAIT_FD (libfabric 1.17)"
+            fi
             if [[ $core == wheel ]]; then
                 [[ -f $MPICH_VENV/lib/mpich/libfabric.so.1 ]] || continue
                 envs+=(LD_LIBRARY_PATH="$MPICH_VENV/lib/mpich")
                 name="fi_check $via (MPICH wheel's libfabric, its API version)"
             fi
             log=$LOGS/$(slug "$name").log
-            if env "${envs[@]}" timeout "$RUN_TIMEOUT" "$BIN/fi_check" core >"$log" 2>&1 && grep -q '^fi_check: OK' "$log"; then
+            if env "${envs[@]}" timeout -k 5 "$RUN_TIMEOUT" "$BIN/fi_check" core "${wait_arg[@]}" >"$log" 2>&1 && grep -q '^fi_check: OK' "$log"; then
                 pass "$name"
             else
                 fail "$name" "$log"
