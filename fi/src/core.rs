@@ -10,8 +10,9 @@ use doorbell::{Config, Endpoint};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+/// The core's address blob (`Address::encode`; the compiler checks the size).
+pub const BLOB_BYTES: usize = 64;
 /// An address as fi_getname hands it out: the core's blob, then the window.
-pub const BLOB_BYTES: usize = 56;
 pub const ADDR_BYTES: usize = BLOB_BYTES + 4;
 
 pub struct Core {
