@@ -8,7 +8,8 @@ from collections import defaultdict
 
 # (numerator, denominator) pairs whose ratio is printed, per mode.
 RATIOS = {
-    "single": [("doorbell", "vader"), ("doorbell", "tcp"), ("doorbell_tcp", "tcp"), ("doorbell_block", "vader")],
+    "single": [("doorbell", "vader"), ("doorbell", "tcp"), ("doorbell_tcp", "tcp"), ("doorbell_block", "vader"),
+               ("doorbell", "doorbell_base"), ("doorbell_tcp", "doorbell_tcp_base")],
     "twonode": [("db_poll", "ompi"), ("db_adaptive", "ompi"), ("db_block", "ompi")],
 }
 

@@ -27,6 +27,10 @@
 #   MPIRUN_EXTRA    extra mpirun arguments, appended to every run (word-split)
 #   TRANSPORTS      subset/order of the mode's transports, e.g. "vader tcp"
 #                   (needed while the doorbell component is not installed)
+#   DOORBELL_BASE   directory holding the component of another build (make -C
+#                   ompi install INSTALLDIR=DIR in a checkout of it): adds the
+#                   transports doorbell_base and doorbell_tcp_base, so a change
+#                   is measured before and after in one run (MODE=single)
 #   MPIRUN, MPICC   default mpirun.openmpi, mpicc.openmpi
 #   OUT             output directory (default <repo>/target/bench-ompi)
 set -euo pipefail
@@ -55,6 +59,13 @@ single)
     # block mode: what sleeping at once costs beside vader (docs/parameters.md)
     mca[doorbell_block]="--mca btl self,doorbell --mca btl_doorbell_if_include lo --mca btl_doorbell_wait_mode block"
     default_transports="vader tcp doorbell doorbell_tcp doorbell_block"
+    if [ -n "${DOORBELL_BASE:-}" ]; then
+        [ -f "$DOORBELL_BASE/mca_btl_doorbell.so" ] || { echo "run.sh: no mca_btl_doorbell.so in DOORBELL_BASE=$DOORBELL_BASE" >&2; exit 2; }
+        # replacing the search path drops the default: keep Open MPI's own directory
+        mca[doorbell_base]="--mca btl self,doorbell --mca btl_doorbell_if_include lo --mca mca_base_component_path $(ompi_info --path pkglibdir --parsable | cut -d: -f3-):$DOORBELL_BASE"
+        mca[doorbell_tcp_base]="${mca[doorbell_base]} --mca btl_doorbell_force_tcp 1"
+        default_transports="vader tcp doorbell doorbell_base doorbell_tcp doorbell_tcp_base"
+    fi
     benches="pingpong idle listener coll empty_pass"
     placement=()
     ;;
