@@ -43,7 +43,7 @@ pub mod fuzzing;
 // message's bytes).
 // Everything else is crate-private; the C ABI (`abi`) is exported by symbol.
 #[cfg(not(loom))]
-pub use endpoint::address::Address;
+pub use endpoint::address::{Address, ADDRESS_WINDOW};
 #[cfg(not(loom))]
 pub use endpoint::config::{Config, WaitMode};
 #[cfg(not(loom))]

@@ -109,7 +109,7 @@ impl Av {
         let task = if blob == core.blob {
             core.task
         } else {
-            match core.ep.connect(blob) {
+            match core.ep.connect(&blob) {
                 Ok(t) => t,
                 Err(e) => {
                     crate::debug!("av insert: connect refused: {e}");
@@ -212,7 +212,7 @@ unsafe extern "C" fn straddr(_av: *mut fid_av, addr: *const c_void, buf: *mut c_
         }
         // SAFETY: addr is one of our addresses.
         let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, ADDR_BYTES) };
-        let s = match split_address(bytes).and_then(|(b, w)| doorbell::Address::decode(b).ok().map(|a| (a, w))) {
+        let s = match split_address(bytes).and_then(|(b, w)| doorbell::Address::decode(&b).ok().map(|a| (a, w))) {
             Some((a, w)) => format!("doorbell://{}/task{}/w{}", a.tcp, a.task, w),
             None => "doorbell://invalid".into(),
         };

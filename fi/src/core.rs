@@ -6,14 +6,17 @@
 use crate::ep::Ep;
 use crate::launch::{self, Launch};
 use crate::params::Settings;
-use doorbell::{Config, Endpoint};
+use doorbell::{Config, Endpoint, ADDRESS_WINDOW};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// The core's address blob (`Address::encode`; the compiler checks the size).
 pub const BLOB_BYTES: usize = 64;
-/// An address as fi_getname hands it out: the core's blob, then the window.
-pub const ADDR_BYTES: usize = BLOB_BYTES + 4;
+/// An address as fi_getname hands it out: the core's blob with the
+/// endpoint's window in the bytes the core leaves to a frontend
+/// (`ADDRESS_WINDOW`).  The MPIs give fi_getname FI_NAME_MAX (64) bytes.
+pub const ADDR_BYTES: usize = BLOB_BYTES;
+const _: () = assert!(ADDR_BYTES <= 64);
 
 pub struct Core {
     pub ep: Endpoint,
@@ -177,24 +180,44 @@ impl Core {
 
     /// This endpoint's address for fi_getname.
     pub fn address(&self, window: u32) -> [u8; ADDR_BYTES] {
-        let mut a = [0u8; ADDR_BYTES];
-        a[..BLOB_BYTES].copy_from_slice(&self.blob);
-        a[BLOB_BYTES..].copy_from_slice(&window.to_le_bytes());
+        let mut a = self.blob;
+        // Windows are fewer than 2^16 (the core has MAX_WINDOWS).
+        a[ADDRESS_WINDOW].copy_from_slice(&(window as u16).to_le_bytes());
         a
     }
 }
 
-/// Split an fi address into the core's blob and the window.
-pub fn split_address(a: &[u8]) -> Option<(&[u8], u32)> {
-    if a.len() < ADDR_BYTES {
-        return None;
-    }
-    let w = u32::from_le_bytes(a[BLOB_BYTES..ADDR_BYTES].try_into().ok()?);
-    Some((&a[..BLOB_BYTES], w))
+/// Split an fi address into the core's blob (its window bytes zero, as
+/// the core wrote it) and the window.
+pub fn split_address(a: &[u8]) -> Option<([u8; BLOB_BYTES], u32)> {
+    let mut blob: [u8; BLOB_BYTES] = a.get(..ADDR_BYTES)?.try_into().ok()?;
+    let w = u16::from_le_bytes(blob[ADDRESS_WINDOW].try_into().ok()?);
+    blob[ADDRESS_WINDOW].fill(0);
+    Some((blob, u32::from(w)))
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_address_fits_fi_name_max_and_carries_its_window() {
+        use super::*;
+        let a = doorbell::Address {
+            task: 3,
+            pid: 77,
+            node_id: 5,
+            job_hash: 9,
+            tcp: "10.0.0.1:4000".parse().unwrap(),
+            secret: [7; 16],
+            shm_token: 11,
+        };
+        let blob = a.encode();
+        let mut named = blob;
+        named[ADDRESS_WINDOW].copy_from_slice(&15u16.to_le_bytes());
+        assert!(ADDR_BYTES <= 64, "the MPIs hand fi_getname FI_NAME_MAX bytes");
+        assert_eq!(split_address(&named), Some((blob, 15)));
+        assert_eq!(split_address(&named[..ADDR_BYTES - 1]), None);
+    }
+
     #[test]
     fn thread_count_counts_live_threads() {
         // Other tests start and end threads meanwhile: count ours only

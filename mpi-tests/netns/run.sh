@@ -11,7 +11,9 @@
 #   3. anysource_wake: MPI_ANY_SOURCE from a same-node and an other-node sender
 #      with idle gaps; with doorbell the component's counters must show shm to
 #      the local peer, tcp to the remote one, and wake-ups on both paths;
-#   4. a wrong btl_doorbell_if_include fails fast with a clear message.
+#   4. a wrong btl_doorbell_if_include fails fast with a clear message;
+#   5. the libfabric provider (libdoorbell-fi.so) under Open MPI's mtl ofi
+#      and under the MPICH wheel's hydra, 2+2 and 1+1 ranks.
 # One PASS/FAIL line per test, final line "N passed, M failed", exit 1 on any
 # failure.  The counts are doorbell's own results only: the self,vader,tcp
 # reference runs print as REF/REF! lines (the baseline the doorbell runs are
@@ -388,6 +390,63 @@ else
       show_log 15
     fi
   done
+fi
+
+# ---- 5. the libfabric provider across the nodes ----
+# libdoorbell-fi.so under Open MPI (pml cm, mtl ofi) and under the MPICH
+# wheel (hydra, ch4:ofi, NOLOCAL), 2+2 ranks: same-node pairs over the
+# provider's shared memory, the others over its TCP on the test subnet.
+# Each MPI is told to use the doorbell provider only (mtl_ofi_provider_include,
+# FI_PROVIDER), so a run that could not load it fails instead of falling back.
+FI_PROGRAMS="pingpong anysource probe alltoall_nb collectives ssend_vector"
+MPICH_VENV=${MPICH_VENV:-$ROOT/target/venv-mpich}
+FI_PROV="$BUILD/fi-prov"
+mkdir -p "$FI_PROV"
+if (cd "$ROOT" && cargo build --release -p doorbell-fi) >"$LOG" 2>&1 &&
+   cp "$ROOT/target/release/libdoorbell_fi.so" "$FI_PROV/libdoorbell-fi.so"; then
+  for mpi in ompi mpich; do
+    case $mpi in
+      ompi) cc=$MPICC ;;
+      mpich) cc=$MPICH_VENV/bin/mpicc ;;
+    esac
+    if [[ ! -x $cc ]] && ! command -v "$cc" >/dev/null; then
+      fail "netns/fi $mpi: $cc not installed (scripts/deps.sh installs it)"
+      continue
+    fi
+    for prog in $FI_PROGRAMS; do
+      if ! "$cc" -O2 -o "$BUILD/fi-$prog-$mpi" "$ROOT/mpi-tests/$prog.c" >"$LOG" 2>&1; then
+        fail "netns/fi $mpi build $prog"; show_log 5; continue
+      fi
+      args=()
+      [[ $prog == pingpong ]] && args=(4194304)
+      for np in 4 2; do
+        fienv=(FI_PROVIDER_PATH="$FI_PROV" FI_DOORBELL_IF_INCLUDE="$SUBNET")
+        rc=0
+        if [[ $mpi == ompi ]]; then
+          xs=()
+          for e in "${fienv[@]}"; do xs+=(-x "$e"); done
+          # shellcheck disable=SC2086  # LAYOUT_OPTS is a word list on purpose
+          "$CLUSTER" exec nodeA timeout -k 5 120 "$MPIRUN" ${LAYOUT_OPTS/--mca pml ob1/} --mca pml cm --mca mtl ofi \
+            --mca mtl_ofi_provider_include doorbell "${xs[@]}" --host "$(hosts_for "$np")" -np "$np" \
+            "$BUILD/fi-$prog-$mpi" "${args[@]}" >"$LOG" 2>&1 </dev/null || rc=$?
+        else
+          # hydra starts its proxy on nodeB through the same agent as mpirun
+          "$CLUSTER" exec nodeA timeout -k 5 120 env "${fienv[@]}" MPIR_CVAR_CH4_NETMOD=ofi \
+            FI_PROVIDER=doorbell MPIR_CVAR_NOLOCAL=1 "$MPICH_VENV/bin/mpiexec" -launcher ssh \
+            -launcher-exec "$AGENT" -hosts "$(hosts_for "$np")" -n "$np" \
+            "$BUILD/fi-$prog-$mpi" "${args[@]}" >"$LOG" 2>&1 </dev/null || rc=$?
+        fi
+        what="netns/fi $mpi $prog np=$np ($(hosts_for "$np"))"
+        if [[ $rc -eq 0 ]] && grep -q "^$prog: OK ($np ranks)" "$LOG"; then
+          pass "$what"
+        else
+          fail "$what: exit $rc"; show_log 10
+        fi
+      done
+    done
+  done
+else
+  fail "netns/fi: building libdoorbell-fi.so failed"; show_log 10
 fi
 
 finish

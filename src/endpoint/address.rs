@@ -2,7 +2,12 @@
 //!
 //! 64 bytes, little-endian:
 //! `magic u32 | version u16 | flags u16 | task u32 | pid u32 | node_id u64 |
-//!  job_hash u64 | ipv4 [4] | port u16 | pad u16 | secret [16] | shm_token u64`
+//!  job_hash u64 | ipv4 [4] | port u16 | window u16 | secret [16] | shm_token u64`
+//!
+//! `window` belongs to a frontend that gives each of its endpoints a
+//! window of the task's (the libfabric provider, whose addresses must fit
+//! FI_NAME_MAX, 64 bytes): the core writes 0 there and never reads it,
+//! since a sender names the window with each message.
 //!
 //! No flag is defined yet: a blob with one set is refused.
 //!
@@ -17,6 +22,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 pub const ADDRESS_BYTES: usize = 64;
 pub const ADDRESS_MAX: usize = 64;
+/// Where a frontend keeps a window in the blob (u16, little-endian).
+pub const ADDRESS_WINDOW: std::ops::Range<usize> = 38..40;
 const MAGIC: u32 = u32::from_le_bytes(*b"DBAD");
 /// 2 added the secret, 3 the shm token.
 const VERSION: u16 = 3;
@@ -106,5 +113,9 @@ mod tests {
         bad[8..12].copy_from_slice(&MAX_TASKS.to_le_bytes());
         assert_eq!(Address::decode(&bad), Err(Error::BadAddress));
         assert_eq!(Address::decode(&[0u8; ADDRESS_BYTES]), Err(Error::BadAddress));
+        assert_eq!(&b[ADDRESS_WINDOW], &[0, 0], "the core writes no window");
+        let mut windowed = b;
+        windowed[ADDRESS_WINDOW].copy_from_slice(&0xfffeu16.to_le_bytes());
+        assert_eq!(Address::decode(&windowed), Ok(a), "a frontend's window is not the core's");
     }
 }
