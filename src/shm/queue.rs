@@ -189,6 +189,10 @@ pub struct QueueRef {
     /// switch, on every send and every progress call.
     #[cfg(not(loom))]
     hdr_at: std::ptr::NonNull<u8>,
+    /// The data area's address (after the header), kept for the same
+    /// reason: every record's header word is found from it.
+    #[cfg(not(loom))]
+    data_at: std::ptr::NonNull<u8>,
     /// A whole queue (QueueHeader) or a fast box (RingHeader only).
     shared: bool,
 }
@@ -326,7 +330,8 @@ impl QueueRef {
         }
         // Inside the mapping (checked above), so never null.
         let hdr_at = std::ptr::NonNull::new(seg.base().wrapping_add(at)).ok_or(Error::Shm)?;
-        Ok(QueueRef { seg, cap, hdr_at, shared })
+        let data_at = std::ptr::NonNull::new(seg.base().wrapping_add(at + header as usize)).ok_or(Error::Shm)?;
+        Ok(QueueRef { seg, cap, hdr_at, data_at, shared })
     }
 
     /// The header, without `Segment::at`'s checks on every call: it is on
@@ -349,10 +354,11 @@ impl QueueRef {
         self.shared.then(|| unsafe { &(*(self.hdr_at.as_ptr() as *const QueueHeader)).table })
     }
 
+    /// The data area: `cap` bytes inside the mapping (with() checked
+    /// at + header + cap <= len).
+    #[inline(always)]
     fn data(&self) -> *mut u8 {
-        let header = if self.shared { QUEUE_HEADER_BYTES } else { RING_HEADER_BYTES };
-        // SAFETY: with() checked at + header + cap <= len.
-        unsafe { self.hdr_at.as_ptr().add(header) }
+        self.data_at.as_ptr()
     }
 
     /// The header word of the record at position `pos` (record.rs).
