@@ -756,6 +756,17 @@ int doorbell_spin_begin(struct doorbell_endpoint *ep, uint32_t window, uint32_t 
 int doorbell_spin_end(struct doorbell_endpoint *ep, uint32_t window, uint32_t how, uint64_t waited_ns, uint32_t flags);
 
 /*
+ doorbell_spin_end and doorbell_spin_begin in one call, for a caller
+ that tells a wait's lesson when its next wait begins: the wait begun
+ last on `window` ended as `how` (0: nothing to tell; else with
+ `waited_ns` and `flags` as for doorbell_spin_end), and a new one begins
+ in `mode`, its spin in `*spin_ns` (as for doorbell_spin_begin).  Every
+ argument is checked before either part takes effect.  Errors: as the
+ two.
+ */
+int doorbell_spin_next(struct doorbell_endpoint *ep, uint32_t window, uint32_t how, uint64_t waited_ns, uint32_t flags, uint32_t mode, uint64_t *spin_ns);
+
+/*
  Copy what `window`'s spin/sleep learner knows of `path`
  (DOORBELL_PATH_SHM or DOORBELL_PATH_TCP) into `*out`.  Errors:
  INVALID_ARGUMENT (NULL ep or out, unknown path), UNKNOWN_WINDOW.

@@ -19,13 +19,14 @@
  *     ends the run, so a test-and-compute loop is never put to sleep;
  *   - block mode sleeps at the second idle point of a run, adaptive once
  *     the run is older than its spin budget, poll never.  The budget comes
- *     from the core's spin/sleep learner (doorbell_spin_begin), which
+ *     from the core's spin/sleep learner (doorbell_spin_next), which
  *     learns per path (shm, tcp) whether spinning pays; each run that
- *     spun and ended in work tells it how (doorbell_spin_end): while it
- *     spun, or after a sleep.  It tells it later, when the rank is idle
- *     again or before the next delivery (mca_btl_doorbell_idle_teach), so
- *     the call is not between the message and the return of the MPI call
- *     that waited for it;
+ *     spun and ended in work tells it how: while it spun, or after a
+ *     sleep.  It tells it later, so the call is not between the message
+ *     and the return of the MPI call that waited for it: with the next
+ *     run's doorbell_spin_next (one call per wait), or with
+ *     doorbell_spin_end before a delivery that comes first
+ *     (mca_btl_doorbell_idle_teach);
  *   - when it does not sleep it calls sched_yield only if Open MPI itself
  *     asked for yields (mpi_yield_when_idle, which mpirun sets for
  *     oversubscribed jobs), so a spinning rank gives its core away exactly
@@ -175,18 +176,20 @@ void mca_btl_doorbell_idle_tell(mca_btl_doorbell_module_t *m)
     m->spin_lesson = 0;
 }
 
-/* A new run of idle points: how long it spins before it sleeps. */
+/* A new run of idle points: how long it spins before it sleeps.  The last
+ * run's lesson, if still untold, goes with the same call. */
 static void start_run(mca_btl_doorbell_module_t *m, uint64_t now)
 {
     uint64_t spin_ns;
 
-    mca_btl_doorbell_idle_teach(m);
     m->idle_since_ns = now;
-    if (DOORBELL_OK != doorbell_spin_begin(m->core, MCA_BTL_DOORBELL_WINDOW,
-                                           (uint32_t) mca_btl_doorbell_component.wait_mode,
-                                           &spin_ns)) {
+    if (DOORBELL_OK != doorbell_spin_next(m->core, MCA_BTL_DOORBELL_WINDOW, m->spin_lesson,
+                                          m->spin_lesson_ns, m->spin_lesson_flags,
+                                          (uint32_t) mca_btl_doorbell_component.wait_mode,
+                                          &spin_ns)) {
         spin_ns = 0;
     }
+    m->spin_lesson = 0;
     m->spin_ns = spin_ns;
 }
 

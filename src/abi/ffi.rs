@@ -689,7 +689,7 @@ pub unsafe extern "C" fn doorbell_progress_local(
         // SAFETY: `ep` is NULL or a live handle (the module's contract).
         let ep = unsafe { endpoint(ep) }?;
         cb.ok_or(Error::InvalidArgument)?;
-        let n = ep.progress_local_in_place(window, &mut call_back(cb, ctx, window))?;
+        let n = ep.progress_local_in_place(window, call_back(cb, ctx, window))?;
         Ok(n.min(c_int::MAX as usize) as c_int)
     })
 }
@@ -997,6 +997,43 @@ pub unsafe extern "C" fn doorbell_spin_end(ep: *mut doorbell_endpoint, window: u
     })
 }
 
+/// doorbell_spin_end and doorbell_spin_begin in one call, for a caller
+/// that tells a wait's lesson when its next wait begins: the wait begun
+/// last on `window` ended as `how` (0: nothing to tell; else with
+/// `waited_ns` and `flags` as for doorbell_spin_end), and a new one begins
+/// in `mode`, its spin in `*spin_ns` (as for doorbell_spin_begin).  Every
+/// argument is checked before either part takes effect.  Errors: as the
+/// two.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_spin_next(
+    ep: *mut doorbell_endpoint,
+    window: u32,
+    how: u32,
+    waited_ns: u64,
+    flags: u32,
+    mode: u32,
+    spin_ns: *mut u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        // SAFETY: NULL or a writable u64.
+        let out = unsafe { spin_ns.as_mut() }.ok_or(Error::InvalidArgument)?;
+        let mode = wait_mode(mode).ok_or(Error::InvalidArgument)?;
+        let ended = match how {
+            0 => None,
+            DOORBELL_SPIN_ENDED_AWAKE => Some(Ended::Awake { waited_ns }),
+            DOORBELL_SPIN_ENDED_WOKEN => Some(Ended::Woken),
+            _ => return Err(Error::InvalidArgument),
+        };
+        if flags & !DOORBELL_SPIN_YIELDS != 0 {
+            return Err(Error::InvalidArgument);
+        }
+        *out = ep.spin_next(window, ended.map(|e| (e, flags & DOORBELL_SPIN_YIELDS != 0)), mode)?;
+        Ok(DOORBELL_OK)
+    })
+}
+
 /// Copy what `window`'s spin/sleep learner knows of `path`
 /// (DOORBELL_PATH_SHM or DOORBELL_PATH_TCP) into `*out`.  Errors:
 /// INVALID_ARGUMENT (NULL ep or out, unknown path), UNKNOWN_WINDOW.
@@ -1112,11 +1149,29 @@ mod tests {
             assert_eq!(doorbell_spin_end(ep, 0, 3, 0, 0), DOORBELL_ERR_INVALID_ARGUMENT);
             assert_eq!(doorbell_spin_end(ep, 0, DOORBELL_SPIN_ENDED_WOKEN, 0, 2), DOORBELL_ERR_INVALID_ARGUMENT);
             assert_eq!(doorbell_spin_end(ep, 0, DOORBELL_SPIN_ENDED_WOKEN, 0, DOORBELL_SPIN_YIELDS), DOORBELL_OK);
+            // spin_next: nothing left to tell (the wait above was told),
+            // and a wait begins.
+            assert_eq!(doorbell_spin_next(ep, 0, 0, 0, 0, DOORBELL_WAIT_ADAPTIVE, &mut spin), DOORBELL_OK);
+            assert_eq!(spin, 20_000);
+            // A bad argument changes nothing, not even the open wait's lesson.
+            spin = 7;
+            let woken = DOORBELL_SPIN_ENDED_WOKEN;
+            assert_eq!(doorbell_spin_next(ep, 0, 3, 0, 0, DOORBELL_WAIT_ADAPTIVE, &mut spin), DOORBELL_ERR_INVALID_ARGUMENT);
+            assert_eq!(doorbell_spin_next(ep, 0, woken, 0, 2, DOORBELL_WAIT_ADAPTIVE, &mut spin), DOORBELL_ERR_INVALID_ARGUMENT);
+            assert_eq!(doorbell_spin_next(ep, 0, woken, 0, 0, 9, &mut spin), DOORBELL_ERR_INVALID_ARGUMENT);
+            assert_eq!(doorbell_spin_next(ep, 0, woken, 0, 0, DOORBELL_WAIT_ADAPTIVE, std::ptr::null_mut()), DOORBELL_ERR_INVALID_ARGUMENT);
+            assert_eq!(doorbell_spin_next(ep, 1, woken, 0, 0, DOORBELL_WAIT_ADAPTIVE, &mut spin), DOORBELL_ERR_UNKNOWN_WINDOW);
+            assert_eq!(doorbell_spin_next(std::ptr::null_mut(), 0, woken, 0, 0, DOORBELL_WAIT_ADAPTIVE, &mut spin), DOORBELL_ERR_INVALID_ARGUMENT);
+            assert_eq!(spin, 7);
+            // It ends woken, yielding: one more vain wait; the next begins
+            // in the endpoint's mode (BLOCK).
+            assert_eq!(doorbell_spin_next(ep, 0, woken, 0, DOORBELL_SPIN_YIELDS, DOORBELL_WAIT_DEFAULT, &mut spin), DOORBELL_OK);
+            assert_eq!(spin, 0);
             assert_eq!(doorbell_spin_stats_get(ep, 0, 0, &mut stats), DOORBELL_ERR_INVALID_ARGUMENT);
             assert_eq!(doorbell_spin_stats_get(ep, 0, DOORBELL_PATH_SHM, std::ptr::null_mut()), DOORBELL_ERR_INVALID_ARGUMENT);
             assert_eq!(doorbell_spin_stats_get(ep, 0, DOORBELL_PATH_SHM, &mut stats), DOORBELL_OK);
-            // Yielding, the vain wait counts and teaches nothing.
-            assert_eq!((stats.spins_paid, stats.spins_vain, stats.probes, stats.short_spin), (0, 1, 0, 0));
+            // Yielding, the vain waits count and teach nothing.
+            assert_eq!((stats.spins_paid, stats.spins_vain, stats.probes, stats.short_spin), (0, 2, 0, 0));
             assert_eq!(doorbell_endpoint_destroy(ep), DOORBELL_OK);
         }
     }

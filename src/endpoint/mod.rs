@@ -342,11 +342,13 @@ impl Endpoint {
     /// in `progress`.
     pub fn progress_local(&self, window: u32, cb: &mut dyn FnMut(u32, u8, &[u8])) -> Result<usize> {
         let mut buf = Vec::new();
-        self.progress_local_in_place(window, &mut |t, tag, b| b.with_slice(&mut buf, |s| cb(t, tag, s)))
+        self.progress_local_in_place(window, |t, tag, b: SharedBytes<'_>| b.with_slice(&mut buf, |s| cb(t, tag, s)))
     }
 
-    /// `progress_local`, with each message's bytes in place.
-    pub fn progress_local_in_place(&self, window: u32, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Result<usize> {
+    /// `progress_local`, with each message's bytes in place.  Generic: the
+    /// C ABI's callback is called straight from the poll loop.
+    #[inline]
+    pub fn progress_local_in_place<C: FnMut(u32, u8, SharedBytes<'_>)>(&self, window: u32, cb: C) -> Result<usize> {
         self.inner.check_window(window)?;
         Ok(self.inner.poll_queue(window, cb).unwrap_or(0))
     }
@@ -610,7 +612,7 @@ impl Inner {
         let mut d = Delivered::default();
         let w = &self.windows[window as usize];
         // Another thread is delivering this window: it reports.
-        let Some(shm) = self.poll_queue(window, cb) else { return d };
+        let Some(shm) = self.poll_queue(window, &mut *cb) else { return d };
         d.shm = shm;
         self.poll_conns();
         d.tcp = self.drain_inbox(w, cb);
@@ -666,7 +668,7 @@ impl Inner {
                 return;
             }
             for w in 0..self.windows_opened.load(Ordering::Acquire) {
-                let _ = self.poll_queue(w, &mut |_, _, _| {});
+                let _ = self.poll_queue(w, |_, _, _: SharedBytes<'_>| {});
             }
             let now = self.shm.backlog_bytes();
             nap = if now != left { Duration::from_micros(20) } else { (nap * 2).min(NAP_MAX) };

@@ -98,6 +98,18 @@ impl Endpoint {
         Ok(())
     }
 
+    /// `spin_end` (if `ended` is Some: how, and whether the caller
+    /// yielded) and `spin_begin` in one call, for a caller that tells a
+    /// wait's lesson as its next wait begins.
+    #[inline]
+    pub(crate) fn spin_next(&self, window: u32, ended: Option<(Ended, bool)>, mode: Option<WaitMode>) -> Result<u64> {
+        self.inner.check_window(window)?;
+        if let Some((ended, yields)) = ended {
+            self.inner.spin_end(window, ended, yields);
+        }
+        Ok(self.inner.spin_begin(window, mode.unwrap_or(self.inner.cfg.wait_mode)))
+    }
+
     /// What `window`'s learner knows of `path`.
     pub(crate) fn spin_stats(&self, window: u32, path: Path) -> Result<PathStats> {
         self.inner.check_window(window)?;
@@ -166,6 +178,27 @@ mod tests {
         // The last message came over TCP, where spinning does not pay.
         assert_eq!(rx.spin_begin(0, adaptive), Ok(0));
         assert_eq!(rx.spin_begin(5, adaptive), Err(Error::UnknownWindow));
+    }
+
+    /// spin_next tells the last wait's lesson before the next one begins:
+    /// the fourth vain wait it tells makes that same call's budget short.
+    #[test]
+    fn spin_next_ends_the_last_wait_then_begins_the_next() {
+        let [rx, local, _remote] = three("spinnext");
+        assert_eq!(rx.spin_next(0, None, ADAPTIVE), Ok(FULL));
+        for i in 0..4 {
+            local.send(0, 0, 1, &[b"z"]).unwrap();
+            progress_until_message(&rx);
+            let want = if i < 3 { FULL } else { 50_000 };
+            assert_eq!(rx.spin_next(0, Some((Ended::Woken, false)), ADAPTIVE), Ok(want), "wait {i}");
+        }
+        let shm = rx.spin_stats(0, Path::Shm).unwrap();
+        assert_eq!((shm.spins_paid, shm.spins_vain, shm.short_spin), (0, 4, true));
+        // A quick message during the short spin turns spinning back on.
+        local.send(0, 0, 1, &[b"z"]).unwrap();
+        progress_until_message(&rx);
+        assert_eq!(rx.spin_next(0, Some((Ended::Awake { waited_ns: 10 }, false)), ADAPTIVE), Ok(FULL));
+        assert_eq!(rx.spin_next(5, None, ADAPTIVE), Err(Error::UnknownWindow));
     }
 
     #[test]

@@ -199,28 +199,30 @@ pub enum Broke {
 /// queue (None: not read, as after it broke) and, where it has boxes, from
 /// those (F3: before a queue message from a sender, everything in that
 /// sender's box).  `on_sender` hears the sender of each queue message
-/// before its callback.  Returns the number delivered and what broke.
-pub fn poll_window(
+/// before its callback.  Returns the number delivered; what broke goes in
+/// `broke`.  Generic and inline, down to the callback (queue.rs `poll`).
+#[inline]
+pub fn poll_window<S: FnMut(u32), C: FnMut(u32, u8, SharedBytes<'_>)>(
     queue: Option<&mut QueueConsumer>,
     mut boxes: Option<(&mut BoxesRx, &BoxPlace)>,
     budget: usize,
-    on_sender: &mut dyn FnMut(u32),
-    cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>),
-) -> (usize, Vec<Broke>) {
-    let mut broke = Vec::new();
+    mut on_sender: S,
+    mut cb: C,
+    broke: &mut Vec<Broke>,
+) -> usize {
     if let Some((b, place)) = boxes.as_mut() {
-        b.refresh(place, &mut broke);
+        b.refresh(place, broke);
     }
     let mut delivered = 0;
     if let Some(q) = queue.filter(|q| q.has_data()) {
         let mut from_boxes = 0;
-        let r = q.poll(budget, &mut |src, tag, data| {
+        let r = q.poll(budget, |src, tag, data| {
             on_sender(src);
             if let Some((b, place)) = boxes.as_mut() {
                 // SYNC POINT F3: what the sender put in its box before
                 // this message comes first.
-                b.refresh(place, &mut broke);
-                from_boxes += b.drain_from(place.watch, src, cb, &mut broke);
+                b.refresh(place, broke);
+                from_boxes += b.drain_from(place.watch, src, &mut cb, broke);
             }
             cb(src, tag, data)
         });
@@ -232,10 +234,10 @@ pub fn poll_window(
     }
     if let Some((b, place)) = boxes {
         if delivered < budget {
-            delivered += b.poll(place.watch, budget - delivered, cb, &mut broke);
+            delivered += b.poll(place.watch, budget - delivered, &mut cb, broke);
         }
     }
-    (delivered, broke)
+    delivered
 }
 
 impl BoxesRx {
@@ -290,7 +292,7 @@ impl BoxesRx {
     }
 
     /// Deliver everything in `owner`'s box, if it has one (F3).
-    pub fn drain_from(&mut self, watch: &BoxWatch, owner: u32, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>), broke: &mut Vec<Broke>) -> usize {
+    pub fn drain_from<C: FnMut(u32, u8, SharedBytes<'_>)>(&mut self, watch: &BoxWatch, owner: u32, cb: &mut C, broke: &mut Vec<Broke>) -> usize {
         match self.boxes.iter_mut().enumerate().find(|(_, b)| b.owner == owner) {
             Some((k, b)) => {
                 let n = b.poll(usize::MAX, cb, broke);
@@ -302,7 +304,8 @@ impl BoxesRx {
     }
 
     /// Deliver up to `budget` messages from the boxes.
-    pub fn poll(&mut self, watch: &BoxWatch, budget: usize, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>), broke: &mut Vec<Broke>) -> usize {
+    #[inline]
+    pub fn poll<C: FnMut(u32, u8, SharedBytes<'_>)>(&mut self, watch: &BoxWatch, budget: usize, cb: &mut C, broke: &mut Vec<Broke>) -> usize {
         let mut n = 0;
         for (k, b) in self.boxes.iter_mut().enumerate() {
             if n >= budget {
@@ -321,7 +324,8 @@ impl BoxesRx {
 impl BoxRx {
     /// Deliver up to `budget` messages; a box that breaks the record format
     /// goes in `broke` (once: it is not read again).
-    fn poll(&mut self, budget: usize, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>), broke: &mut Vec<Broke>) -> usize {
+    #[inline]
+    fn poll<C: FnMut(u32, u8, SharedBytes<'_>)>(&mut self, budget: usize, cb: &mut C, broke: &mut Vec<Broke>) -> usize {
         if self.broken || !self.c.has_data() {
             return 0;
         }
@@ -329,17 +333,22 @@ impl BoxRx {
         let mut n = 0;
         // A record naming another sender is as broken as a bad format: the
         // box is its owner's alone.
-        let r = self.c.poll(budget, &mut |src, tag, data| {
+        let r = self.c.poll(budget, |src, tag, data| {
             if src == owner {
                 n += 1;
                 cb(src, tag, data);
             }
         });
         if r.is_err() || r.is_ok_and(|k| k != n) {
-            self.broken = true;
-            broke.push(Broke::Box(owner));
+            self.break_off(broke);
         }
         n
+    }
+
+    #[cold]
+    fn break_off(&mut self, broke: &mut Vec<Broke>) {
+        self.broken = true;
+        broke.push(Broke::Box(self.owner));
     }
 }
 
@@ -416,10 +425,11 @@ mod loom_tests {
             let place = BoxPlace { watch: &watch, table: &table, open: &open, me: RECEIVER, max_message: 1 << 20 };
             let mut got = 0u8;
             while got < 3 {
-                let (n, broke) = poll_window(Some(&mut c), Some((&mut boxes, &place)), usize::MAX, &mut |_| {}, &mut |src, tag, d| {
+                let mut broke = Vec::new();
+                let n = poll_window(Some(&mut c), Some((&mut boxes, &place)), usize::MAX, |_| {}, |src, tag, d| {
                     assert_eq!((src, tag, d.to_vec()), (SENDER, got, vec![got; 16]), "message {got}");
                     got += 1;
-                });
+                }, &mut broke);
                 assert!(broke.is_empty(), "{broke:?}");
                 if n > 0 {
                     continue;

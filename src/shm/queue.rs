@@ -189,6 +189,10 @@ pub struct QueueRef {
     /// switch, on every send and every progress call.
     #[cfg(not(loom))]
     hdr_at: std::ptr::NonNull<u8>,
+    /// The data area's address (after the header), kept for the same
+    /// reason: every record's header word is found from it.
+    #[cfg(not(loom))]
+    data_at: std::ptr::NonNull<u8>,
     /// A whole queue (QueueHeader) or a fast box (RingHeader only).
     shared: bool,
 }
@@ -326,7 +330,8 @@ impl QueueRef {
         }
         // Inside the mapping (checked above), so never null.
         let hdr_at = std::ptr::NonNull::new(seg.base().wrapping_add(at)).ok_or(Error::Shm)?;
-        Ok(QueueRef { seg, cap, hdr_at, shared })
+        let data_at = std::ptr::NonNull::new(seg.base().wrapping_add(at + header as usize)).ok_or(Error::Shm)?;
+        Ok(QueueRef { seg, cap, hdr_at, data_at, shared })
     }
 
     /// The header, without `Segment::at`'s checks on every call: it is on
@@ -349,10 +354,11 @@ impl QueueRef {
         self.shared.then(|| unsafe { &(*(self.hdr_at.as_ptr() as *const QueueHeader)).table })
     }
 
+    /// The data area: `cap` bytes inside the mapping (with() checked
+    /// at + header + cap <= len).
+    #[inline(always)]
     fn data(&self) -> *mut u8 {
-        let header = if self.shared { QUEUE_HEADER_BYTES } else { RING_HEADER_BYTES };
-        // SAFETY: with() checked at + header + cap <= len.
-        unsafe { self.hdr_at.as_ptr().add(header) }
+        self.data_at.as_ptr()
     }
 
     /// The header word of the record at position `pos` (record.rs).
@@ -1149,7 +1155,12 @@ impl QueueConsumer {
     /// A whole record or a bulk slot is handed over in place, as shared
     /// bytes (shared_bytes.rs): no slice is made over the queue.  A record
     /// that breaks the format is an error; nothing is read outside the queue.
-    pub fn poll(&mut self, budget: usize, deliver: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Result<usize> {
+    ///
+    /// Generic, and inline: a small message's whole way from the record to
+    /// the callback is one function (each `dyn` call and frame on it was
+    /// ~10 instructions a message); other records take `poll_other`.
+    #[inline]
+    pub fn poll<F: FnMut(u32, u8, SharedBytes<'_>)>(&mut self, budget: usize, mut deliver: F) -> Result<usize> {
         let cap = self.q.cap;
         let mut n = 0;
         while n < budget {
@@ -1168,76 +1179,103 @@ impl QueueConsumer {
             // so the payload lies in the data area; R1 made it visible.
             let payload = unsafe { self.q.data().add((pos + REC) as usize) } as *const u8;
             let len = rec.len as usize;
-            if rec.flags & PAD == 0 {
+            if rec.flags == FIRST | LAST && self.assembling.is_none() {
                 self.q.touch(self.head + REC, len as u64, false);
-            }
-            if rec.flags & PAD == 0 && self.assembling.as_ref().is_some_and(|a| a.0 != src) {
-                // Another sender holds the lock: the one whose chunks these
-                // were died mid-message (Q1).  Its message is lost with it.
-                self.assembling = None;
-            }
-            if rec.flags & BULK != 0 {
-                if rec.flags != FIRST | LAST | BULK || self.assembling.is_some() || len != BULK_REF_BYTES {
-                    return Err(Error::Shm);
-                }
-                let mut b = [0u8; BULK_REF_BYTES];
-                // SAFETY: `len` payload bytes are in the queue (above), into
-                // a buffer of ours of that size.
-                unsafe { std::ptr::copy_nonoverlapping(payload, b.as_mut_ptr(), len) };
-                let r = BulkRef::from_bytes(&b).ok_or(Error::Shm)?;
-                let bulk = self.bulk_generation(src, r.generation)?;
-                deliver(src, rec.tag, bulk.message(&r)?);
-                bulk.release(&r);
+                // SAFETY: `len` bytes at `payload` are in the queue
+                // (above), which outlives the call; released (R2) only
+                // after it returns.
+                deliver(src, rec.tag, unsafe { SharedBytes::shared(payload, len) });
                 n += 1;
-            } else if rec.flags & PAD == 0 {
-                match (rec.flags & (FIRST | LAST), self.assembling.take()) {
-                    (f, None) if f == FIRST | LAST => {
-                        // SAFETY: `len` bytes at `payload` are in the queue
-                        // (above), which outlives the call; released (R2)
-                        // only after it returns.
-                        deliver(src, rec.tag, unsafe { SharedBytes::shared(payload, len) });
-                        n += 1;
-                    }
-                    (FIRST, None) if len >= TOTAL_BYTES as usize => {
-                        // SAFETY: 8 of the `len` bytes in the queue (above).
-                        let total = unsafe { std::ptr::read_unaligned(payload as *const u64) };
-                        if total > self.max_message {
-                            return Err(Error::Shm);
-                        }
-                        let mut v = std::mem::take(&mut self.spare);
-                        v.clear();
-                        v.reserve(total as usize);
-                        // SAFETY: the rest of the `len` bytes, in the queue.
-                        unsafe { extend_from_raw(&mut v, payload.add(TOTAL_BYTES as usize), len - TOTAL_BYTES as usize) };
-                        self.assembling = Some((src, rec.tag, total, v));
-                    }
-                    (f, Some((s, tag, total, mut v))) if f == 0 || f == LAST => {
-                        if (v.len() + len) as u64 > total {
-                            return Err(Error::Shm);
-                        }
-                        // SAFETY: `len` bytes in the queue (above).
-                        unsafe { extend_from_raw(&mut v, payload, len) };
-                        if f == LAST {
-                            if v.len() != total as usize {
-                                return Err(Error::Shm);
-                            }
-                            deliver(s, tag, SharedBytes::from_slice(&v));
-                            n += 1;
-                            if v.capacity() <= SPARE_MAX {
-                                self.spare = v;
-                            }
-                        } else {
-                            self.assembling = Some((s, tag, total, v));
-                        }
-                    }
-                    _ => return Err(Error::Shm),
-                }
+            } else {
+                // SAFETY: as above, `len` bytes at `payload` in the queue.
+                n += unsafe { self.poll_other(&rec, payload, &mut deliver) }?;
             }
             self.head += size;
             // SYNC POINT R2 (consumer side): done with those bytes.
             self.q.hdr().head.store(self.head, Ordering::Release);
         }
         Ok(n)
+    }
+
+    /// `poll` of any record but a whole message's with no chunked message
+    /// open: a bulk reference, a chunk, a pad.  Returns the messages it
+    /// delivered (0 or 1).
+    ///
+    /// # Safety
+    /// `rec` is the record at `head`, and its `len` payload bytes lie at
+    /// `payload`, inside the data area.
+    #[inline(never)]
+    unsafe fn poll_other(&mut self, rec: &Record, payload: *const u8, deliver: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Result<usize> {
+        let src = rec.src as u32;
+        let len = rec.len as usize;
+        if rec.flags & PAD == 0 {
+            self.q.touch(self.head + REC, len as u64, false);
+        }
+        if rec.flags & PAD == 0 && self.assembling.as_ref().is_some_and(|a| a.0 != src) {
+            // Another sender holds the lock: the one whose chunks these
+            // were died mid-message (Q1).  Its message is lost with it.
+            self.assembling = None;
+        }
+        if rec.flags & BULK != 0 {
+            if rec.flags != FIRST | LAST | BULK || self.assembling.is_some() || len != BULK_REF_BYTES {
+                return Err(Error::Shm);
+            }
+            let mut b = [0u8; BULK_REF_BYTES];
+            // SAFETY: `len` payload bytes are in the queue (the caller's
+            // contract), into a buffer of ours of that size.
+            unsafe { std::ptr::copy_nonoverlapping(payload, b.as_mut_ptr(), len) };
+            let r = BulkRef::from_bytes(&b).ok_or(Error::Shm)?;
+            let bulk = self.bulk_generation(src, r.generation)?;
+            deliver(src, rec.tag, bulk.message(&r)?);
+            bulk.release(&r);
+            return Ok(1);
+        }
+        if rec.flags & PAD != 0 {
+            return Ok(0);
+        }
+        match (rec.flags & (FIRST | LAST), self.assembling.take()) {
+            (f, None) if f == FIRST | LAST => {
+                // SAFETY: `len` bytes at `payload` are in the queue (the
+                // caller's contract), which outlives the call; released
+                // (R2) only after it returns.
+                deliver(src, rec.tag, unsafe { SharedBytes::shared(payload, len) });
+                Ok(1)
+            }
+            (FIRST, None) if len >= TOTAL_BYTES as usize => {
+                // SAFETY: 8 of the `len` bytes in the queue.
+                let total = unsafe { std::ptr::read_unaligned(payload as *const u64) };
+                if total > self.max_message {
+                    return Err(Error::Shm);
+                }
+                let mut v = std::mem::take(&mut self.spare);
+                v.clear();
+                v.reserve(total as usize);
+                // SAFETY: the rest of the `len` bytes, in the queue.
+                unsafe { extend_from_raw(&mut v, payload.add(TOTAL_BYTES as usize), len - TOTAL_BYTES as usize) };
+                self.assembling = Some((src, rec.tag, total, v));
+                Ok(0)
+            }
+            (f, Some((s, tag, total, mut v))) if f == 0 || f == LAST => {
+                if (v.len() + len) as u64 > total {
+                    return Err(Error::Shm);
+                }
+                // SAFETY: `len` bytes in the queue.
+                unsafe { extend_from_raw(&mut v, payload, len) };
+                if f != LAST {
+                    self.assembling = Some((s, tag, total, v));
+                    return Ok(0);
+                }
+                if v.len() != total as usize {
+                    return Err(Error::Shm);
+                }
+                deliver(s, tag, SharedBytes::from_slice(&v));
+                if v.capacity() <= SPARE_MAX {
+                    self.spare = v;
+                }
+                Ok(1)
+            }
+            _ => Err(Error::Shm),
+        }
     }
 
     /// Sender `src`'s bulk mapping of `generation` (generations only grow).
@@ -1336,7 +1374,7 @@ mod tests {
 
     fn drain(c: &mut QueueConsumer) -> Vec<(u32, u8, Vec<u8>)> {
         let mut got = vec![];
-        c.poll(usize::MAX, &mut |s, t, d| got.push((s, t, d.to_vec()))).unwrap();
+        c.poll(usize::MAX, |s, t, d| got.push((s, t, d.to_vec()))).unwrap();
         got
     }
 
@@ -1423,7 +1461,7 @@ mod tests {
         let mut c = f.consumer();
         let mut seen = [0u64; 4];
         while seen.iter().sum::<u64>() < 4 * per {
-            c.poll(64, &mut |s, t, d| {
+            c.poll(64, |s, t, d| {
                 let d = d.to_vec();
                 assert_eq!(s, t as u32);
                 let n = u64::from_le_bytes(d[..8].try_into().unwrap());
@@ -1485,7 +1523,7 @@ mod tests {
         let mut c = f.consumer();
         let mut seen = [0u64; 10];
         while seen.iter().sum::<u64>() < 3 * per + bigs {
-            c.poll(64, &mut |s, t, d| {
+            c.poll(64, |s, t, d| {
                 let d = d.to_vec();
                 assert_eq!(s, 5);
                 let n = u64::from_le_bytes(d[..8].try_into().unwrap());
@@ -1779,7 +1817,7 @@ mod tests {
         assert!(send(&mut p, 1, &m));
         let data = f.q().data() as usize;
         let mut at = 0;
-        c.poll(1, &mut |_, _, d| {
+        c.poll(1, |_, _, d| {
             assert!(d.to_vec() == m);
             at = d.as_ptr() as usize;
         })
@@ -1827,10 +1865,10 @@ mod tests {
         assert!(send(&mut p, 1, &m) && send(&mut p, 1, &m), "two slots take two messages");
         assert!(!send(&mut p, 1, &m), "both slots are full");
         let mut seen = vec![];
-        c.poll(1, &mut |_, _, d| seen.push(d.as_ptr() as usize)).unwrap();
+        c.poll(1, |_, _, d| seen.push(d.as_ptr() as usize)).unwrap();
         assert!(send(&mut p, 1, &m), "the freed slot is used again");
         let mut more = vec![];
-        c.poll(10, &mut |_, _, d| more.push((d.as_ptr() as usize, d.to_vec() == m))).unwrap();
+        c.poll(10, |_, _, d| more.push((d.as_ptr() as usize, d.to_vec() == m))).unwrap();
         assert_eq!(more.len(), 2);
         assert!(more.iter().all(|&(_, same)| same));
         assert_eq!(more[1].0, seen[0], "slot 0 carried the first and the third message");
@@ -1854,7 +1892,7 @@ mod tests {
         ] {
             // SAFETY: as above.
             unsafe { std::ptr::copy_nonoverlapping(bad.to_bytes().as_ptr(), at, 16) };
-            assert_eq!(c.poll(10, &mut |_, _, _| panic!("must not deliver")), Err(Error::Shm), "{bad:?}");
+            assert_eq!(c.poll(10, |_, _, _| panic!("must not deliver")), Err(Error::Shm), "{bad:?}");
         }
         // SAFETY: as above.
         unsafe { std::ptr::copy_nonoverlapping(good.to_bytes().as_ptr(), at, 16) };
@@ -1903,7 +1941,7 @@ mod tests {
         assert!(send(&mut p, 1, b"ok"));
         // SAFETY: test-only: scribble a huge length over the record.
         unsafe { std::ptr::write(f.q().data() as *mut u32, 1 << 30) };
-        assert_eq!(c.poll(10, &mut |_, _, _| panic!("must not deliver")), Err(Error::Shm));
+        assert_eq!(c.poll(10, |_, _, _| panic!("must not deliver")), Err(Error::Shm));
         f.q().hdr().tail.store(8, Ordering::Relaxed);
         let parts = [&b"x"[..]];
         assert_eq!(p.write(1, &Gather::new(&parts), &mut 0), Err(Error::Shm));
@@ -1950,7 +1988,7 @@ mod loom_tests {
         let mut got = 0u8;
         while got < want {
             let n = c
-                .poll(usize::MAX, &mut |src, tag, d| {
+                .poll(usize::MAX, |src, tag, d| {
                     assert_eq!((src, tag), (PRODUCER, got));
                     assert_eq!(d.to_vec(), message(got, len));
                     got += 1;

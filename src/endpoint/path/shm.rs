@@ -471,8 +471,11 @@ impl Inner {
     /// The shared-memory part of a progress pass over `window`: deliver
     /// from its queue (at most QUEUE_BUDGET messages), and wake the senders
     /// waiting for room.  None if another thread holds the window's receive
-    /// side.
-    pub(crate) fn poll_queue(&self, window: u32, cb: &mut dyn FnMut(u32, u8, SharedBytes<'_>)) -> Option<usize> {
+    /// side.  Generic in the callback, which a small message reaches with
+    /// no call between (fbox.rs `poll_window`); what only a new sender or a
+    /// broken structure needs is out of line.
+    #[inline]
+    pub(crate) fn poll_queue<C: FnMut(u32, u8, SharedBytes<'_>)>(&self, window: u32, cb: C) -> Option<usize> {
         let w = &self.windows[window as usize];
         let mut rx = w.rx.try_lock()?;
         if rx.queue.is_none() && self.take_up_queue(window, &mut rx).is_err() {
@@ -483,21 +486,41 @@ impl Inner {
         let open = |i: usize| w.box_views.get(i).cloned().ok_or(Error::InvalidArgument);
         let place = BoxPlace { watch: &w.box_watch, table: self.control.box_table(), open: &open, me: self.cfg.task, max_message: self.cfg.max_message };
         let with_boxes = !w.box_views.is_empty();
-        let mut new = vec![];
-        let mut on_sender = |src: u32| {
+        let mut new = Vec::new();
+        let mut broke = Vec::new();
+        let on_sender = |src: u32| {
             let (i, b) = ((src / 64) as usize, 1u64 << (src % 64));
             if known[i] & b == 0 {
                 known[i] |= b;
                 new.push(src);
             }
         };
-        let (delivered, broke) = poll_window(
+        let delivered = poll_window(
             (!*broken).then_some(&mut *q),
             with_boxes.then_some((boxes, &place)),
             QUEUE_BUDGET,
-            &mut on_sender,
+            on_sender,
             cb,
+            &mut broke,
         );
+        if !new.is_empty() || !broke.is_empty() {
+            self.after_poll(window, q, broken, known, new, broke);
+        }
+        // Every pass, not only after consuming (queue.rs SYNC POINT Q2).
+        if q.any_waiting() {
+            self.wake_waiting(q);
+        }
+        if delivered > 0 {
+            w.shm_received.add(delivered as u64);
+        }
+        Some(delivered)
+    }
+
+    /// What a pass over a window's queue found beside its messages: new
+    /// senders (their pids are watched from now on), and structures that
+    /// broke.
+    #[cold]
+    fn after_poll(&self, window: u32, q: &QueueConsumer, broken: &mut bool, known: &[u64], new: Vec<u32>, broke: Vec<Broke>) {
         for src in new {
             self.note_sender(src, q.queue().sender_pid(src));
         }
@@ -525,7 +548,11 @@ impl Inner {
                 Broke::Box(owner) => self.peer_corrupt(owner, Corrupt::FastBox, &format!("task {owner}'s box at window {window}")),
             }
         }
-        // Every pass, not only after consuming (queue.rs SYNC POINT Q2).
+    }
+
+    /// SYNC POINT Q2: ring the senders that wait for room in `q`.
+    #[cold]
+    fn wake_waiting(&self, q: &QueueConsumer) {
         q.take_waiting(&mut |src| {
             if let Ok(p) = self.peer(src) {
                 if let Ok(ctl) = self.peer_control(p) {
@@ -535,10 +562,6 @@ impl Inner {
                 self.notify(&self.control, 0);
             }
         });
-        if delivered > 0 {
-            w.shm_received.add(delivered as u64);
-        }
-        Some(delivered)
     }
 
     /// Did `task` close in order, as its bit in one of our queues says?
