@@ -39,6 +39,10 @@ int main(int argc, char **argv)
             MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
             CHECK(!flag, "round %ld: an unexpected message from %d tag %d", rounds, st.MPI_SOURCE, st.MPI_TAG);
         }
+        /* The peer's next round may start only after this probe: else a
+         * rank held up between its Sendrecv and its probe (a busy machine)
+         * finds the peer's next, genuine message there. */
+        MPI_Barrier(MPI_COMM_WORLD);
         rounds++;
         t_sleep_ms(10);
         /* rank 0 decides when to stop, so both ranks do the same rounds */
