@@ -25,45 +25,22 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-if [[ ${FORCE_TCP_NS:-} != 1 ]]; then
-    # The read-only mount over /dev/shm is seen by this script alone.
-    exec env FORCE_TCP_NS=1 unshare -m --propagation private "$0" "$@"
-fi
+# shellcheck source=ns_suite.sh
+source "$HERE/ns_suite.sh"
+# The read-only mount over /dev/shm is seen by this script alone.
+ns_suite_enter FORCE_TCP_NS "$0" "$@"
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 RUNS=${RUNS:-4}
-OUT=${OUT:-$ROOT/target/mpi-tests-force-tcp}
-mkdir -p "$OUT"
-rm -f "$OUT"/*.log
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); printf 'PASS  %-66s %s\n' "$1" "${2:-}"; }
-fail() {
-    FAILED=$((FAILED + 1))
-    printf 'FAIL  %-66s %s\n' "$1" "${2:-}"
-    [[ -n ${3:-} && -f $3 ]] && tail -n 25 "$3" | sed 's/^/      | /'
-}
-finish() {
-    echo "$PASSED passed, $FAILED failed"
-    [[ $FAILED -eq 0 ]]
-    exit
-}
+ns_suite_out "$ROOT/target/mpi-tests-force-tcp"
 
 for prog in shm_full abort; do
-    if mpicc.openmpi -O2 -g -Wall -Wextra -Werror -o "$OUT/$prog" "$HERE/$prog.c" >"$OUT/build-$prog.log" 2>&1; then
-        pass "build $prog"
-    else
-        fail "build $prog" "mpicc.openmpi failed" "$OUT/build-$prog.log"
-        finish
-    fi
+    build_program "$prog" || finish
 done
 
 MPIRUN=(timeout "$RUN_TIMEOUT" mpirun.openmpi --allow-run-as-root --oversubscribe --mca pml ob1
         --mca btl self,doorbell --mca btl_doorbell_if_include lo)
 
 # paths PATH LOG: finalize reports "rank R peer P path=PATH" with P != R.
-paths() {
-    sed -n "s/.*btl doorbell: rank \([0-9]*\) peer \([0-9]*\) path=$1.*/\1 \2/p" "$2" | awk '$1 != $2' | wc -l
-}
 
 # ---- ro_shm: a read-only /dev/shm, force_tcp ----
 if mount -t tmpfs -o ro,size=1m,mode=1777 tmpfs /dev/shm; then

@@ -23,35 +23,16 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-if [[ ${PIDNS_JOBS_NS:-} != 1 ]]; then
-    exec env PIDNS_JOBS_NS=1 unshare -m --propagation private "$0" "$@"
-fi
+# shellcheck source=ns_suite.sh
+source "$HERE/ns_suite.sh"
+ns_suite_enter PIDNS_JOBS_NS "$0" "$@"
 TRIALS=${TRIALS:-4}
 NP=${NP:-4}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
-OUT=${OUT:-$ROOT/target/mpi-tests-pidns}
-mkdir -p "$OUT"
-rm -rf "$OUT"/*.log "$OUT"/tmp
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); printf 'PASS  %-66s %s\n' "$1" "${2:-}"; }
-fail() {
-    FAILED=$((FAILED + 1))
-    printf 'FAIL  %-66s %s\n' "$1" "${2:-}"
-    [[ -n ${3:-} && -f $3 ]] && tail -n 25 "$3" | sed 's/^/      | /'
-}
-finish() {
-    echo "$PASSED passed, $FAILED failed"
-    [[ $FAILED -eq 0 ]]
-    exit
-}
+ns_suite_out "$ROOT/target/mpi-tests-pidns"
+rm -rf "$OUT"/tmp
 
-if mpicc.openmpi -O2 -g -Wall -Wextra -Werror -o "$OUT/shm_full" "$HERE/shm_full.c" >"$OUT/build.log" 2>&1; then
-    pass "build shm_full"
-else
-    fail "build shm_full" "mpicc.openmpi failed" "$OUT/build.log"
-    finish
-fi
+build_program shm_full || finish
 if ! mount -t tmpfs -o size=256m,mode=1777 tmpfs /dev/shm; then
     fail "mount a tmpfs over /dev/shm" "mount failed (needs root)"
     finish
@@ -82,9 +63,6 @@ else
 fi
 
 # paths PATH LOG: finalize reports "rank R peer P path=PATH" with P != R.
-paths() {
-    sed -n "s/.*btl doorbell: rank \([0-9]*\) peer \([0-9]*\) path=$1.*/\1 \2/p" "$2" | awk '$1 != $2' | wc -l
-}
 for t in $(seq 1 "$TRIALS"); do
     t0=$SECONDS
     for j in a b; do
