@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -587,4 +588,59 @@ int dbt_run_all(int n, dbt_child_fn fn, void *arg, unsigned timeout_s, const cha
   dbt_check(left == 0, "no file%s%s left in %s after every endpoint was destroyed (%d found)",
             needle ? " named after job " : "", needle ? needle : "", dir, left);
   return (int)(dbt_failures() - before);
+}
+
+/* ---- the close tests ---- */
+
+uint64_t dbt_seed_of(size_t len, uint8_t tag) { return len * 7 + tag; }
+
+void dbt_tally_msg(void *ctx, uint32_t task, uint32_t window, uint8_t tag, const uint8_t *data,
+                   size_t len) {
+  (void)window;
+  dbt_tally *t = ctx;
+  int size_ok = 0;
+  for (int i = 0; i < 4 && t->sizes[i]; i++) size_ok |= len == t->sizes[i];
+  if (task == t->from && size_ok && dbt_verify(data, len, dbt_seed_of(len, tag))) t->msgs++;
+  else t->bad++;
+}
+
+void dbt_ignore_msg(void *ctx, uint32_t task, uint32_t window, uint8_t tag, const uint8_t *data,
+                    size_t len) {
+  (void)ctx, (void)task, (void)window, (void)tag, (void)data, (void)len;
+}
+
+int dbt_send_seeded(doorbell_endpoint *ep, uint32_t to, size_t len, uint8_t tag,
+                    doorbell_recv_fn cb, void *ctx) {
+  uint8_t *buf = malloc(len);
+  dbt_fill(buf, len, dbt_seed_of(len, tag));
+  uint32_t w0 = 0;
+  int rc = dbt_send_retry(ep, to, 0, tag, buf, len, &w0, 1, cb, ctx, NULL);
+  free(buf);
+  return dbt_check_rc(rc, DOORBELL_OK, "send %zu B to task %u", len, to);
+}
+
+void dbt_collect(doorbell_endpoint *ep, dbt_tally *t, int want, int until_event, double seconds) {
+  double end = dbt_now() + seconds;
+  while (dbt_now() < end) {
+    if (!until_event && t->msgs >= want) return;
+    doorbell_wake wake = {0, UINT32_MAX};
+    int rc = doorbell_wait(ep, 0, DOORBELL_WAIT_BLOCK, 200000, dbt_tally_msg, t, &wake);
+    int event = 0;
+    if (rc == DOORBELL_ERR_PEER_LOST && wake.task == t->from) t->lost++, event = 1;
+    else if (rc < 0) t->other = rc;
+    else if (wake.reason == DOORBELL_WOKE_PEER_CLOSED && wake.task == t->from) t->closed++, event = 1;
+    if (event && t->closed + t->lost == 1) t->msgs_at_end = t->msgs;
+    if (event && until_event) return;
+  }
+}
+
+void dbt_wait_exited(uint32_t pid, int timeout_ms) {
+  int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+  if (fd >= 0) {
+    struct pollfd p = {fd, POLLIN, 0};
+    int n = poll(&p, 1, timeout_ms);
+    dbt_check(n == 1, "process %u exited", pid);
+    close(fd);
+  }
+  usleep(50000);
 }

@@ -119,4 +119,34 @@ void dbt_fill(uint8_t *buf, size_t len, uint64_t seed); /* xorshift stream */
 /* 1 if buf equals dbt_fill(seed) over len bytes. */
 int dbt_verify(const uint8_t *buf, size_t len, uint64_t seed);
 
+/* ---- the close tests: one peer's messages and the end it reports ---- */
+/* A message's bytes follow from its length and tag. */
+uint64_t dbt_seed_of(size_t len, uint8_t tag);
+typedef struct {
+  uint32_t from;     /* the peer whose messages and events count */
+  size_t sizes[4];   /* the lengths a message may have (0 ends the list) */
+  int msgs;          /* right messages from `from` */
+  int bad;           /* anything else delivered */
+  int closed;        /* PEER_CLOSED events for `from` */
+  int lost;          /* PEER_LOST events for `from` */
+  int msgs_at_end;   /* messages delivered when the first of those came */
+  int other;         /* any other error code */
+} dbt_tally;
+/* A doorbell_recv_fn whose ctx is a dbt_tally. */
+void dbt_tally_msg(void *ctx, uint32_t task, uint32_t window, uint8_t tag, const uint8_t *data,
+                   size_t len);
+/* A doorbell_recv_fn that drops what comes (ctx unused). */
+void dbt_ignore_msg(void *ctx, uint32_t task, uint32_t window, uint8_t tag, const uint8_t *data,
+                    size_t len);
+/* Send one seeded message on window 0, delivering to cb while waiting for room. */
+int dbt_send_seeded(doorbell_endpoint *ep, uint32_t to, size_t len, uint8_t tag,
+                    doorbell_recv_fn cb, void *ctx);
+/* Wait (block mode, window 0) until `want` messages came, or the first
+ * close or loss of t->from once `until_event`, or `seconds` passed. */
+void dbt_collect(doorbell_endpoint *ep, dbt_tally *t, int want, int until_event, double seconds);
+/* Block until process `pid` exited (a zombie counts; checked within
+ * timeout_ms), then give the endpoint's epoll thread, which watches the same
+ * pidfd, time to act on it. */
+void dbt_wait_exited(uint32_t pid, int timeout_ms);
+
 #endif /* DBT_H */

@@ -52,69 +52,8 @@ struct scenario {
   char *dir;
 };
 
-/* A message's bytes follow from its length and tag. */
-static uint64_t seed_of(size_t len, uint8_t tag) { return len * 7 + tag; }
 
-struct tally {
-  uint32_t from;
-  int msgs;
-  int bad;
-  int closed;       /* PEER_CLOSED events for `from` */
-  int lost;         /* PEER_LOST events for `from` */
-  int msgs_at_end;  /* messages delivered when the first of those came */
-  int other;        /* any other error code */
-};
-
-static void on_msg(void *ctx, uint32_t task, uint32_t window, uint8_t tag, const uint8_t *data,
-                   size_t len) {
-  (void)window;
-  struct tally *t = ctx;
-  int ok = task == t->from && (len == SMALL || len == LARGE) && dbt_verify(data, len, seed_of(len, tag));
-  if (ok) t->msgs++;
-  else t->bad++;
-}
-
-static int send_one(doorbell_endpoint *ep, uint32_t to, size_t len, uint8_t tag, struct tally *t) {
-  uint8_t *buf = malloc(len);
-  dbt_fill(buf, len, seed_of(len, tag));
-  uint32_t w0 = 0;
-  int rc = dbt_send_retry(ep, to, 0, tag, buf, len, &w0, 1, on_msg, t, NULL);
-  free(buf);
-  return dbt_check_rc(rc, DOORBELL_OK, "send %zu B to task %u", len, to);
-}
-
-/* Wait (block mode) until `want` messages came, or the first event about
- * t->from once `until_event`, or `seconds` passed. */
-static void collect(doorbell_endpoint *ep, struct tally *t, int want, int until_event, double seconds) {
-  double end = dbt_now() + seconds;
-  while (dbt_now() < end) {
-    if (!until_event && t->msgs >= want) return;
-    doorbell_wake wake = {0, UINT32_MAX};
-    int rc = doorbell_wait(ep, 0, DOORBELL_WAIT_BLOCK, 200000, on_msg, t, &wake);
-    int event = 0;
-    if (rc == DOORBELL_ERR_PEER_LOST && wake.task == t->from) t->lost++, event = 1;
-    else if (rc < 0) t->other = rc;
-    else if (wake.reason == DOORBELL_WOKE_PEER_CLOSED && wake.task == t->from) t->closed++, event = 1;
-    if (event && t->closed + t->lost == 1) t->msgs_at_end = t->msgs;
-    if (event && until_event) return;
-  }
-}
-
-/* Block until process `pid` has exited (a zombie counts), then give the
- * receiver's epoll thread, which sees the same pidfd, time to act on it:
- * that is when the old code threw the sender's files away. */
-static void wait_gone(uint32_t pid) {
-  int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-  if (fd >= 0) {
-    struct pollfd p = {fd, POLLIN, 0};
-    int n = poll(&p, 1, 30000);
-    dbt_check(n == 1, "the sender (pid %u) exited", pid);
-    close(fd);
-  }
-  usleep(50000);
-}
-
-static void judge(const struct scenario *sc, const struct tally *t, int want, int killed) {
+static void judge(const struct scenario *sc, const dbt_tally *t, int want, int killed) {
   dbt_check(t->bad == 0 && t->other == 0, "%s: no wrong message or error (bad %d, error %d)",
             sc->name, t->bad, t->other);
   if (killed) {
@@ -132,19 +71,19 @@ static void judge(const struct scenario *sc, const struct tally *t, int want, in
 }
 
 static int receiver(doorbell_endpoint *ep, const dbt_peer *peers, const struct scenario *sc) {
-  struct tally t = {.from = 1};
+  dbt_tally t = {.from = 1, .sizes = {SMALL, LARGE}};
   int want = sc->kind == RING_IN_USE ? 2 : sc->kind == BOTH_WAYS ? 2 : sc->kind == RING_FULL ? RING_FILL : 1;
   if (sc->kind == BOTH_WAYS) {
     /* Task 1 sends only after this barrier, so it all arrives below. */
-    send_one(ep, 1, SMALL, 1, &t);
-    send_one(ep, 1, LARGE, 2, &t);
+    dbt_send_seeded(ep, 1, SMALL, 1, dbt_tally_msg, &t);
+    dbt_send_seeded(ep, 1, LARGE, 2, dbt_tally_msg, &t);
     uint32_t w0 = 0;
-    dbt_check_rc(dbt_drain(ep, &w0, 1, on_msg, &t, 30), DOORBELL_OK, "%s: flush", sc->name);
+    dbt_check_rc(dbt_drain(ep, &w0, 1, dbt_tally_msg, &t, 30), DOORBELL_OK, "%s: flush", sc->name);
     dbt_barrier();
   }
   if (sc->kind == RING_IN_USE) {
     dbt_barrier(); /* the first message is in the ring */
-    collect(ep, &t, 1, 0, 10);
+    dbt_collect(ep, &t, 1, 0, 10);
     /* >= 1: the second, sent right after the barrier, may come in the
      * same progress pass. */
     dbt_check(t.msgs >= 1, "%s: the first message arrived while the sender lives (%d)", sc->name,
@@ -154,48 +93,48 @@ static int receiver(doorbell_endpoint *ep, const dbt_peer *peers, const struct s
     dbt_barrier(); /* the sender has queued everything; it destroys next */
     double end = dbt_now() + BUSY_S;
     while (dbt_now() < end) usleep(10000); /* busy: no progress */
-    collect(ep, &t, want, 1, 60);
+    dbt_collect(ep, &t, want, 1, 60);
     judge(sc, &t, want, 0);
     return 0;
   }
   dbt_barrier(); /* the sender has sent, flushed and destroyed its endpoint */
-  wait_gone(peers[1].pid);
-  collect(ep, &t, want, 1, 10);
+  dbt_wait_exited(peers[1].pid, 30000);
+  dbt_collect(ep, &t, want, 1, 10);
   judge(sc, &t, want, sc->kind == KILLED);
   /* The event is reported once: the next wait just times out. */
   doorbell_wake again = {0, 0};
-  int rc = doorbell_wait(ep, 0, DOORBELL_WAIT_BLOCK, 100000, on_msg, &t, &again);
+  int rc = doorbell_wait(ep, 0, DOORBELL_WAIT_BLOCK, 100000, dbt_tally_msg, &t, &again);
   dbt_check(rc == 0 && again.reason == DOORBELL_WOKE_TIMEOUT, "%s: then a plain timeout (rc %d reason %u)",
             sc->name, rc, again.reason);
   return 0;
 }
 
 static int sender(doorbell_endpoint *ep, const struct scenario *sc) {
-  struct tally t = {.from = 0};
+  dbt_tally t = {.from = 0, .sizes = {SMALL, LARGE}};
   uint32_t w0 = 0;
   switch (sc->kind) {
   case FIRST_MESSAGE:
   case KILLED:
-    send_one(ep, 0, sc->size, 1, &t);
+    dbt_send_seeded(ep, 0, sc->size, 1, dbt_tally_msg, &t);
     break;
   case RING_IN_USE:
-    send_one(ep, 0, SMALL, 1, &t);
+    dbt_send_seeded(ep, 0, SMALL, 1, dbt_tally_msg, &t);
     dbt_barrier();
-    send_one(ep, 0, LARGE, 2, &t);
+    dbt_send_seeded(ep, 0, LARGE, 2, dbt_tally_msg, &t);
     break;
   case BOTH_WAYS:
     dbt_barrier(); /* task 0 has sent and flushed */
-    collect(ep, &t, 2, 0, 30);
+    dbt_collect(ep, &t, 2, 0, 30);
     dbt_check(t.msgs == 2 && t.bad == 0, "%s: task 1 got task 0's two messages (%d)", sc->name, t.msgs);
-    send_one(ep, 0, SMALL, 1, &t);
-    send_one(ep, 0, LARGE, 2, &t);
+    dbt_send_seeded(ep, 0, SMALL, 1, dbt_tally_msg, &t);
+    dbt_send_seeded(ep, 0, LARGE, 2, dbt_tally_msg, &t);
     break;
   case RING_FULL: {
     uint8_t buf[SMALL];
     int bad = 0;
     for (int i = 0; i < RING_FILL; i++) {
-      dbt_fill(buf, SMALL, seed_of(SMALL, (uint8_t)i));
-      bad += dbt_send_retry(ep, 0, 0, (uint8_t)i, buf, SMALL, &w0, 1, on_msg, &t, NULL) != DOORBELL_OK;
+      dbt_fill(buf, SMALL, dbt_seed_of(SMALL, (uint8_t)i));
+      bad += dbt_send_retry(ep, 0, 0, (uint8_t)i, buf, SMALL, &w0, 1, dbt_tally_msg, &t, NULL) != DOORBELL_OK;
     }
     dbt_check(bad == 0, "%s: %d sends of 100 B (%d failed)", sc->name, RING_FILL, bad);
     dbt_barrier();
@@ -205,7 +144,7 @@ static int sender(doorbell_endpoint *ep, const struct scenario *sc) {
   case RECEIVER_CLOSED: /* send_to_closed */
     break;
   }
-  dbt_check_rc(dbt_drain(ep, &w0, 1, on_msg, &t, 30), DOORBELL_OK, "%s: sender flush", sc->name);
+  dbt_check_rc(dbt_drain(ep, &w0, 1, dbt_tally_msg, &t, 30), DOORBELL_OK, "%s: sender flush", sc->name);
   if (sc->kind == KILLED) {
     dbt_barrier();
     raise(SIGKILL);
@@ -218,16 +157,16 @@ static int sender(doorbell_endpoint *ep, const struct scenario *sc) {
 /* RECEIVER_CLOSED: task 0 closes at once; task 1 then hears of it and
  * tries to send to it. */
 static int send_to_closed(doorbell_endpoint *ep, const struct scenario *sc) {
-  struct tally t = {.from = 0};
+  dbt_tally t = {.from = 0, .sizes = {SMALL, LARGE}};
   dbt_barrier(); /* we have connected to task 0 (and mapped its control segment) */
   dbt_barrier(); /* task 0 has destroyed its endpoint */
-  collect(ep, &t, 0, 1, 10);
+  dbt_collect(ep, &t, 0, 1, 10);
   dbt_check(t.closed == 1 && t.lost == 0, "%s: the sender is told PEER_CLOSED (closed %d, lost %d)",
             sc->name, t.closed, t.lost);
   size_t sizes[] = {SMALL, LARGE};
   for (int i = 0; i < 2; i++) {
     uint8_t *buf = malloc(sizes[i]);
-    dbt_fill(buf, sizes[i], seed_of(sizes[i], 1));
+    dbt_fill(buf, sizes[i], dbt_seed_of(sizes[i], 1));
     dbt_check_rc(doorbell_send(ep, 0, 0, 1, buf, sizes[i]), DOORBELL_ERR_PEER_LOST,
                  "%s: a %zu B send to the closed task", sc->name, sizes[i]);
     free(buf);

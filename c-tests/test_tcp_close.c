@@ -49,70 +49,7 @@ struct scenario {
   char *dir;
 };
 
-static uint64_t seed_of(size_t len, uint8_t tag) { return len * 7 + tag; }
 
-struct tally {
-  uint32_t from;
-  int msgs;
-  int bad;
-  int closed;
-  int lost;
-  int msgs_at_end;
-  int other;
-};
-
-static void on_msg(void *ctx, uint32_t task, uint32_t window, uint8_t tag, const uint8_t *data,
-                   size_t len) {
-  (void)window;
-  struct tally *t = ctx;
-  int ok = task == t->from && (len == SMALL || len == HUGE || len == CROSS) &&
-           dbt_verify(data, len, seed_of(len, tag));
-  if (ok) t->msgs++;
-  else t->bad++;
-}
-
-/* A NULL-safe callback for tasks that discard what comes. */
-static void ignore_msg(void *ctx, uint32_t task, uint32_t window, uint8_t tag, const uint8_t *data,
-                       size_t len) {
-  (void)ctx, (void)task, (void)window, (void)tag, (void)data, (void)len;
-}
-
-static int send_one(doorbell_endpoint *ep, uint32_t to, size_t len, uint8_t tag) {
-  uint8_t *buf = malloc(len);
-  dbt_fill(buf, len, seed_of(len, tag));
-  uint32_t w0 = 0;
-  int rc = dbt_send_retry(ep, to, 0, tag, buf, len, &w0, 1, ignore_msg, NULL, NULL);
-  free(buf);
-  return dbt_check_rc(rc, DOORBELL_OK, "send %zu B to task %u", len, to);
-}
-
-/* Wait until the first event about t->from, or `seconds` passed. */
-static void collect(doorbell_endpoint *ep, struct tally *t, double seconds) {
-  double end = dbt_now() + seconds;
-  while (dbt_now() < end) {
-    doorbell_wake wake = {0, UINT32_MAX};
-    int rc = doorbell_wait(ep, 0, DOORBELL_WAIT_BLOCK, 200000, on_msg, t, &wake);
-    int event = 0;
-    if (rc == DOORBELL_ERR_PEER_LOST && wake.task == t->from) t->lost++, event = 1;
-    else if (rc < 0) t->other = rc;
-    else if (wake.reason == DOORBELL_WOKE_PEER_CLOSED && wake.task == t->from) t->closed++, event = 1;
-    if (event) {
-      t->msgs_at_end = t->msgs;
-      return;
-    }
-  }
-}
-
-static void wait_gone(uint32_t pid) {
-  int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-  if (fd >= 0) {
-    struct pollfd p = {fd, POLLIN, 0};
-    int n = poll(&p, 1, 60000);
-    dbt_check(n == 1, "the sender (pid %u) exited", pid);
-    close(fd);
-  }
-  usleep(50000); /* the receiver's epoll thread sees the same pidfd */
-}
 
 static void busy(double seconds) {
   double end = dbt_now() + seconds;
@@ -120,11 +57,11 @@ static void busy(double seconds) {
 }
 
 static int receiver(doorbell_endpoint *ep, const dbt_peer *peers, const struct scenario *sc) {
-  struct tally t = {.from = 1};
+  dbt_tally t = {.from = 1, .sizes = {SMALL, HUGE, CROSS}};
   dbt_barrier(); /* the sender has sent */
   if (sc->kind == SLOW_READER) busy(sc->busy_s);
-  else wait_gone(peers[1].pid);
-  collect(ep, &t, 60);
+  else dbt_wait_exited(peers[1].pid, 60000);
+  dbt_collect(ep, &t, 0, 1, 60);
   dbt_check(t.bad == 0 && t.other == 0, "%s: no wrong message or error (bad %d, error %d)", sc->name,
             t.bad, t.other);
   if (sc->kind == KILLED) {
@@ -137,7 +74,7 @@ static int receiver(doorbell_endpoint *ep, const dbt_peer *peers, const struct s
             sc->name, t.closed, t.lost);
   dbt_check(t.msgs_at_end == 1, "%s: after the message (%d before it)", sc->name, t.msgs_at_end);
   doorbell_wake again = {0, 0};
-  int rc = doorbell_wait(ep, 0, DOORBELL_WAIT_BLOCK, 100000, on_msg, &t, &again);
+  int rc = doorbell_wait(ep, 0, DOORBELL_WAIT_BLOCK, 100000, dbt_tally_msg, &t, &again);
   dbt_check(rc == 0 && again.reason == DOORBELL_WOKE_TIMEOUT, "%s: then a plain timeout (rc %d reason %u)",
             sc->name, rc, again.reason);
   return 0;
@@ -145,7 +82,7 @@ static int receiver(doorbell_endpoint *ep, const dbt_peer *peers, const struct s
 
 static int sender(doorbell_endpoint *ep, const struct scenario *sc) {
   uint32_t w0 = 0;
-  send_one(ep, 0, sc->size, 1);
+  dbt_send_seeded(ep, 0, sc->size, 1, dbt_ignore_msg, NULL);
   if (sc->kind == SLOW_READER) {
     int rc = doorbell_flush(ep, sc->flush_us);
     dbt_check(rc == DOORBELL_OK || rc == DOORBELL_ERR_TIMED_OUT, "%s: flush -> %d", sc->name, rc);
@@ -153,7 +90,7 @@ static int sender(doorbell_endpoint *ep, const struct scenario *sc) {
              doorbell_error_string(rc));
     dbt_barrier();
   } else {
-    dbt_check_rc(dbt_drain(ep, &w0, 1, ignore_msg, NULL, 30), DOORBELL_OK, "%s: sender flush", sc->name);
+    dbt_check_rc(dbt_drain(ep, &w0, 1, dbt_ignore_msg, NULL, 30), DOORBELL_OK, "%s: sender flush", sc->name);
   }
   if (sc->kind == KILLED) {
     dbt_barrier();
@@ -166,22 +103,22 @@ static int sender(doorbell_endpoint *ep, const struct scenario *sc) {
 
 /* Both queue CROSS bytes to the other, read nothing, and destroy. */
 static int both_close(doorbell_endpoint *ep, int idx, const struct scenario *sc) {
-  send_one(ep, (uint32_t)!idx, CROSS, 1);
+  dbt_send_seeded(ep, (uint32_t)!idx, CROSS, 1, dbt_ignore_msg, NULL);
   dbt_barrier();
   dbt_check_rc(doorbell_endpoint_destroy(ep), DOORBELL_OK, "%s: task %d endpoint_destroy", sc->name, idx);
   return 0;
 }
 
 static int send_to_closed(doorbell_endpoint *ep, const struct scenario *sc) {
-  struct tally t = {.from = 0};
-  send_one(ep, 0, SMALL, 1); /* a connection for task 0's goodbye */
+  dbt_tally t = {.from = 0, .sizes = {SMALL, HUGE, CROSS}};
+  dbt_send_seeded(ep, 0, SMALL, 1, dbt_ignore_msg, NULL); /* a connection for task 0's goodbye */
   dbt_barrier();
   dbt_barrier(); /* task 0 has destroyed its endpoint */
-  collect(ep, &t, 10);
+  dbt_collect(ep, &t, 0, 1, 10);
   dbt_check(t.closed == 1 && t.lost == 0, "%s: the sender is told PEER_CLOSED (closed %d, lost %d)",
             sc->name, t.closed, t.lost);
   uint8_t *buf = malloc(SMALL);
-  dbt_fill(buf, SMALL, seed_of(SMALL, 1));
+  dbt_fill(buf, SMALL, dbt_seed_of(SMALL, 1));
   dbt_check_rc(doorbell_send(ep, 0, 0, 1, buf, SMALL), DOORBELL_ERR_PEER_LOST,
                "%s: a send to the closed task", sc->name);
   free(buf);
@@ -211,7 +148,12 @@ static int child(int idx, void *arg) {
   if (sc->kind == BOTH_CLOSE) return both_close(ep, idx, sc);
   if (sc->kind == RECEIVER_CLOSED) {
     if (idx == 1) return send_to_closed(ep, sc);
-    dbt_barrier(); /* task 1 has sent (a connection exists) */
+    dbt_barrier(); /* task 1 has sent */
+    /* Its message came: the connection is up on this side too (one still
+     * in its handshake would end with no goodbye: a loss to task 1). */
+    dbt_tally t = {.from = 1, .sizes = {SMALL}};
+    dbt_collect(ep, &t, 1, 0, 30);
+    dbt_check(t.msgs == 1 && t.bad == 0, "%s: the sender's message came", sc->name);
     dbt_check_rc(doorbell_endpoint_destroy(ep), DOORBELL_OK, "%s: receiver closes first", sc->name);
     dbt_barrier();
     return 0;
