@@ -12,7 +12,7 @@
  *           1 KiB), which must go into that queue: the sender finds it;
  *   record: while rank 1 is away from MPI, it sends that message, then
  *           writes a bad header word over the record rank 1 reads next:
- *           the receiver finds it (and used to wait for it for ever).
+ *           the receiver finds it (instead of waiting for it for ever).
  * The job must end with doorbell's "shared memory corrupt" error; if the
  * message gets through, the program says so and exits 0 (a failure for
  * mpi-tests/run.sh, which also stops a job that hangs).

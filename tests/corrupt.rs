@@ -5,9 +5,9 @@
 //! bytes of task 1's control segment through a mapping of its file, as a
 //! broken or hostile process of the user could.
 //!
-//! Every wait has a 10 s limit (the watchdog): before this was handled,
-//! the receiver printed a line and went on waiting, so these waits ended
-//! in Woke::Timeout.
+//! Every wait has a 10 s limit (the watchdog): a receiver that only
+//! printed the corruption and went on waiting would end it in
+//! Woke::Timeout, which fails the test instead of hanging it.
 
 use doorbell::{Config, Corrupt, Endpoint, Error, WaitMode, Woke};
 use memmap2::MmapRaw;
