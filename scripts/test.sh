@@ -5,7 +5,9 @@
 #   2. the loom models of the bell, and of the real queue and fast-box code
 #      (--cfg loom: every `loom_tests` module)
 #   3. C tests (CMake/CTest, forked processes) against the installed library
-#   4. the Open MPI component: mpi-tests/ over --mca btl self,doorbell
+#   4. the Open MPI component: mpi-tests/ over --mca btl self,doorbell;
+#      fi: the libfabric provider under Open MPI's mtl ofi and the MPICH
+#      wheel (fi/tests/run.sh)
 #   5. the two-node layout (network namespaces) under a real mpirun
 #   6. stall: two-way traffic and progress-source stalls (mpi-tests/stall.sh)
 #   7. shm-full: a shared-memory directory too small for every rank
@@ -80,6 +82,7 @@ suite rust cargo test --release
 suite loom env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$ROOT/target/loom" cargo test --release --lib loom_tests
 suite c-tests c-tests/run.sh
 suite component ompi/check.sh
+suite fi fi/tests/run.sh
 suite mpi-tests mpi-tests/run.sh
 suite stall mpi-tests/stall.sh
 suite shm-full mpi-tests/shm_full.sh

@@ -8,7 +8,8 @@
 # programs over it: Open MPI 4.1 with `pml cm, mtl ofi` and MPICH (the PyPI
 # wheel, ch4:ofi with MPIR_CVAR_NOLOCAL=1 so that on-node traffic goes
 # through the provider).  Each MPI runs them twice: shared memory, then
-# FI_DOORBELL_FORCE_TCP=1 over loopback.  Prints PASS/FAIL/SKIP per step and
+# FI_DOORBELL_FORCE_TCP=1 over loopback.  Prints PASS/FAIL per step (a
+# missing MPI, libfabric tool or mpi4py is a failure) and
 # ends with "N passed, M failed"; exits non-zero on any failure.
 #
 # Environment (all optional):
@@ -26,8 +27,8 @@
 #   IDLE_CPU_LIMIT  percent a blocked receiver may use (5)
 #   PINGPONG_MAX    largest ping-pong message        (16777216)
 #   RUN_TIMEOUT  seconds per mpirun/mpiexec        (180)
-#   MPICH_VENV   the MPICH wheel's venv            (/work/venv-mpich; made with
-#                `python3 -m venv DIR && DIR/bin/pip install mpich==5.0.2`)
+#   MPICH_VENV   the MPICH wheel's venv            (<repo>/target/venv-mpich,
+#                made by scripts/deps.sh)
 #   OUT          build and log directory          (<repo>/target/fi-tests)
 set -uo pipefail
 
@@ -41,7 +42,7 @@ WAIT=${WAIT:-adaptive}
 IDLE_CPU_LIMIT=${IDLE_CPU_LIMIT:-5}
 PINGPONG_MAX=${PINGPONG_MAX:-16777216}
 RUN_TIMEOUT=${RUN_TIMEOUT:-180}
-MPICH_VENV=${MPICH_VENV:-/work/venv-mpich}
+MPICH_VENV=${MPICH_VENV:-$ROOT/target/venv-mpich}
 OUT=${OUT:-$ROOT/target/fi-tests}
 PROV=$OUT/prov
 BIN=$OUT/bin
@@ -53,7 +54,6 @@ PASSED=0
 FAILED=0
 pass() { printf 'PASS  %s\n' "$1"; PASSED=$((PASSED + 1)); }
 fail() { printf 'FAIL  %s  (log: %s)\n' "$1" "${2:-}"; FAILED=$((FAILED + 1)); }
-skip() { printf 'SKIP  %s  (%s)\n' "$1" "$2"; }
 slug() { tr -c 'A-Za-z0-9_.-' '_' <<<"$1"; }
 
 # ---- build ----
@@ -96,9 +96,11 @@ if command -v fi_info >/dev/null; then
     fi
     if [[ -f $MPICH_VENV/lib/mpich/libfabric.so.1 ]]; then
         fi_info_check "fi_info -p doorbell (MPICH wheel's libfabric)" LD_LIBRARY_PATH="$MPICH_VENV/lib/mpich"
+    else
+        fail "fi_info -p doorbell (MPICH wheel's libfabric): no $MPICH_VENV/lib/mpich/libfabric.so.1 (scripts/deps.sh installs it)"
     fi
 else
-    skip "fi_info" "libfabric-bin not installed"
+    fail "fi_info: libfabric-bin not installed (scripts/deps.sh installs it)"
 fi
 
 # ---- the provider through libfabric's API, no MPI (fi_check.c) ----
@@ -216,7 +218,7 @@ kill_ranks() {
 leftovers_before=$(ls /dev/shm 2>/dev/null | grep -c "^doorbell-fi\.u$(id -u)\." || true)
 for mpi in $MPIS; do
     if ! have_mpi "$mpi"; then
-        skip "$mpi" "not installed"
+        fail "$mpi: not installed (scripts/deps.sh installs it)"
         continue
     fi
     cc_var=MPICC_$mpi
@@ -242,7 +244,7 @@ for mpi in $MPIS; do
                 if "${!py_var}" -c 'import mpi4py, numpy' 2>/dev/null; then
                     EXPECT=mpi4py_check run_mpi "$mpi" 2 "$mpi mpi4py np=2 $via" "${extra[@]}" -- "${!py_var}" "$ROOT/mpi-tests/mpi4py_check.py"
                 else
-                    skip "$mpi mpi4py np=2 $via" "mpi4py or numpy not importable by ${!py_var}"
+                    fail "$mpi mpi4py np=2 $via: mpi4py or numpy not importable by ${!py_var} (scripts/deps.sh installs them)"
                 fi
             fi
             for t in $TESTS; do
