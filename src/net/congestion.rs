@@ -55,6 +55,21 @@ fn set(fd: impl AsFd, name: &OsStr) -> io::Result<()> {
 /// `to` is on this host (`me` is our listening address), else the default.
 /// A failure to choose is not an error: the default still works, only
 /// slower.  Gives up after `timeout` (TimedOut); returns a blocking stream.
+/// TCP keepalive on `stream`: a peer whose host is gone ends the
+/// connection within about KEEPALIVE_IDLE + KEEPALIVE_COUNT *
+/// KEEPALIVE_INTERVAL seconds of silence; a live host answers for its
+/// process even while that process is stopped.
+pub(crate) const KEEPALIVE_IDLE: u32 = 10;
+pub(crate) const KEEPALIVE_INTERVAL: u32 = 5;
+pub(crate) const KEEPALIVE_COUNT: u32 = 3;
+pub(crate) fn keepalive(stream: &TcpStream) -> io::Result<()> {
+    socket::setsockopt(stream, sockopt::KeepAlive, &true)?;
+    socket::setsockopt(stream, sockopt::TcpKeepIdle, &KEEPALIVE_IDLE)?;
+    socket::setsockopt(stream, sockopt::TcpKeepInterval, &KEEPALIVE_INTERVAL)?;
+    socket::setsockopt(stream, sockopt::TcpKeepCount, &KEEPALIVE_COUNT)?;
+    Ok(())
+}
+
 pub(crate) fn connect(me: IpAddr, to: SocketAddrV4, timeout: Duration) -> io::Result<TcpStream> {
     let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
     let fd = socket::socket(AddressFamily::Inet, SockType::Stream, flags, None)?;

@@ -130,40 +130,66 @@ pub(crate) fn verify_hello(
     t.mac(key, b"doorbell-hello").verify_slice(&b[32..64]).is_ok().then_some(t)
 }
 
-/// How long a connector waits for the challenge, and then for the ack.
-/// The listener's epoll thread answers both, so this is the time its
-/// process may be stopped (SIGSTOP, a debugger) while we connect.
-pub(crate) const CONNECT_STEP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a connector waits at most for the challenge, and then for the
+/// ack, before it asks whether to wait on (`greet`'s `patience`).  The
+/// listener's epoll thread answers both, so a longer wait means its
+/// process is stopped (SIGSTOP, a debugger) or gone.
+pub(crate) const CONNECT_STEP: Duration = Duration::from_secs(1);
 
 /// The connector's side, on a fresh blocking stream to `listener` (the
 /// task its blob names): read the challenge, send the hello, check the ack.
 /// Only the listener's FLIH answers, never its application threads, so a
-/// listener busy computing still completes this at once.
-pub(crate) fn greet(s: &mut TcpStream, job_hash: u64, me: u32, listener: u32, key: &Secret) -> io::Result<()> {
-    greet_within(s, job_hash, me, listener, key, CONNECT_STEP_TIMEOUT)
-}
-
-/// `greet`, each step waiting at most `step` (an abort notice has little
-/// time to spend on a connection).
-pub(crate) fn greet_within(s: &mut TcpStream, job_hash: u64, me: u32, listener: u32, key: &Secret, step: Duration) -> io::Result<()> {
+/// listener busy computing still completes this at once.  While an answer
+/// is missing, `patience` is asked every `step`: true waits on (the
+/// listener still runs, or nothing says it died), false gives up
+/// (TimedOut).  The bytes read so far are kept across the asks.
+pub(crate) fn greet(
+    s: &mut TcpStream,
+    job_hash: u64,
+    me: u32,
+    listener: u32,
+    key: &Secret,
+    step: Duration,
+    patience: &mut dyn FnMut() -> bool,
+) -> io::Result<()> {
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
     s.set_read_timeout(Some(step))?;
     s.set_write_timeout(Some(step))?;
     let mut ch = [0u8; CHALLENGE_BYTES];
-    s.read_exact(&mut ch)?;
+    read_patiently(s, &mut ch, patience)?;
     let (task, nonce_l) = parse_challenge(&ch).ok_or_else(|| bad("not a doorbell challenge"))?;
     if task != listener {
         return Err(bad("the listener is another task"));
     }
     let t = Transcript { job_hash, listener, connector: me, nonce_l, nonce_c: random()? };
+    // A fresh socket's send buffer takes the 64 bytes whole.
     s.write_all(&t.hello(key))?;
     let mut ack = [0u8; ACK_BYTES];
-    s.read_exact(&mut ack)?;
+    read_patiently(s, &mut ack, patience)?;
     if !t.ack_ok(key, &ack) {
         return Err(bad("the listener does not hold the secret of the address"));
     }
     s.set_read_timeout(None)?;
     s.set_write_timeout(None)
+}
+
+/// Fill `buf`; on each read timeout ask `patience` whether to go on.
+fn read_patiently(s: &mut TcpStream, buf: &mut [u8], patience: &mut dyn FnMut() -> bool) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                if !patience() {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -137,15 +137,32 @@ impl Inner {
     /// Connect to `addr` and pass the handshake as its owner expects
     /// (handshake.rs).  A listener flooded with strangers may close our
     /// connection before its hello is read (pending.rs): try again then,
-    /// but not after a timeout (the listener is stopped or gone) or a
-    /// wrong answer.
+    /// but not after a wrong answer or once the listener is known dead.
+    ///
+    /// A listener that does not answer is stopped (SIGSTOP, a debugger),
+    /// not dead, for as long as nothing says it died: on this node its
+    /// process still runs (for the first LOCAL_GRACE whatever the check
+    /// says: a peer in another pid namespace has another pid here); on
+    /// another node the connection is still open, which TCP keepalive
+    /// (KEEPALIVE_*) checks with the peer's kernel, awake while its
+    /// process is stopped.
     pub(crate) fn greet(&self, addr: &Address) -> Result<TcpStream> {
         const ATTEMPTS: usize = 3;
+        const LOCAL_GRACE: Duration = Duration::from_secs(30);
+        let local = addr.node_id == self.me.node_id;
         for _ in 0..ATTEMPTS {
             let me = std::net::IpAddr::V4(*self.me.tcp.ip());
             let mut stream =
                 crate::net::congestion::connect(me, addr.tcp, Duration::from_secs(5)).map_err(|_| Error::Network)?;
-            match crate::net::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret) {
+            crate::net::congestion::keepalive(&stream).map_err(|_| Error::Network)?;
+            let since = sys::now_ns();
+            let mut patience = || {
+                !local
+                    || sys::now_ns() - since < LOCAL_GRACE.as_nanos() as u64
+                    || sys::process_alive(addr.pid)
+            };
+            let step = crate::net::handshake::CONNECT_STEP;
+            match crate::net::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret, step, &mut patience) {
                 Ok(()) => return Ok(stream),
                 Err(e) if matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset) => continue,
                 Err(_) => return Err(Error::Network),
@@ -460,7 +477,8 @@ impl Inner {
         let left = Duration::from_nanos(deadline.checked_sub(sys::now_ns())?);
         let me = std::net::IpAddr::V4(*self.me.tcp.ip());
         let mut stream = crate::net::congestion::connect(me, addr.tcp, left).ok()?;
-        crate::net::handshake::greet_within(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret, left).ok()?;
+        let mut in_time = || sys::now_ns() < deadline;
+        crate::net::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret, left, &mut in_time).ok()?;
         let conn = Conn::new(stream, self.new_token(), p.task, self.buf_pool.clone(), self.tcp.conn_epoll.clone()).ok()?;
         let conn = Arc::new(conn);
         self.add_conn(&conn).ok()?;
