@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""bench/fi/run.sh's raw results (round config metric key value) as medians,
+the provider's ratios against each MPI's own paths, and the targets."""
+import argparse
+import statistics
+from collections import defaultdict
+
+# (ours, reference): the provider against each MPI's default on-node path
+# and against libfabric's own providers under the same MPI.
+PAIRS = [("ompi_doorbell", "ompi_vader"), ("mpich_doorbell", "mpich_default"),
+         ("mpich_doorbell", "mpich_fi_shm"), ("mpich_doorbell", "mpich_fi_tcp")]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--configs", required=True)
+    ap.add_argument("raw")
+    a = ap.parse_args()
+    configs = a.configs.split()
+    vals = defaultdict(list)
+    for line in open(a.raw):
+        r, c, m, k, v = line.split()
+        vals[(c, m, k)].append(float(v))
+    med = {key: statistics.median(v) for key, v in vals.items()}
+    pairs = [(x, y) for x, y in PAIRS if x in configs and y in configs]
+
+    def table(metric, title, fmt):
+        keys = sorted({k for (c, m, k) in med if m == metric}, key=lambda k: float(k) if k != "-" else 0)
+        if not keys:
+            return
+        print(f"\n== {title} ==")
+        head = ["size"] + configs + [f"{x}/{y}" for x, y in pairs]
+        rows = []
+        for k in keys:
+            row = [k] + [fmt(med.get((c, metric, k))) for c in configs]
+            for x, y in pairs:
+                vx, vy = med.get((x, metric, k)), med.get((y, metric, k))
+                row.append(f"{vx / vy:.2f}x" if vx and vy else "-")
+            rows.append(row)
+        w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+        for r in [head] + rows:
+            print("  ".join(str(x).rjust(w[i]) for i, x in enumerate(r)))
+
+    f = lambda v: "-" if v is None else f"{v:.2f}"
+    table("lat", "2-rank latency, us (median; ratio < 1: the provider faster)", f)
+    table("bw", "2-rank bandwidth, MB/s (windowed; small sizes are the message rate)", f)
+    table("idle_cpu", "CPU of a rank blocked in MPI_Recv, % of a core", f)
+
+    print("\n== targets ==")
+    def ratio(x, y, m, k):
+        vx, vy = med.get((x, m, k)), med.get((y, m, k))
+        return vx / vy if vx and vy else None
+    for x, y in pairs[:2]:
+        for desc, v, goal, le in ((f"8 B latency {x}/{y}", ratio(x, y, "lat", "8"), 1.2, True),
+                                  (f"1 MiB bandwidth {x}/{y}", ratio(x, y, "bw", "1048576"), 0.9, False),
+                                  (f"8 B message rate {x}/{y}", ratio(x, y, "bw", "8"), 0.9, False)):
+            verdict = "n/a" if v is None else ("met" if (v <= goal if le else v >= goal) else "MISSED")
+            print(f"{desc:45s} {'-' if v is None else f'{v:.2f}x':>8s}  goal {'<=' if le else '>='} {goal}x  {verdict}")
+    for x in ("ompi_doorbell", "mpich_doorbell"):
+        v = med.get((x, "idle_cpu", "-"))
+        if x in configs:
+            verdict = "n/a" if v is None else ("met" if v < 2.0 else "MISSED")
+            print(f"{'idle CPU ' + x:45s} {'-' if v is None else f'{v:.1f}%':>8s}  goal < 2%     {verdict}")
+
+
+if __name__ == "__main__":
+    main()
