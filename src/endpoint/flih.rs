@@ -170,7 +170,7 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
         }
         let now = sys::now_ns();
         for p in pending.expired(now) {
-            reject(inner, p);
+            settle(inner, p);
         }
         if paused_until.is_some_and(|t| now >= t) {
             paused_until = None;
@@ -208,19 +208,37 @@ fn accept_all(inner: &Inner, pending: &mut PendingSet) -> Result<(), ()> {
         if inner.flih.epoll.add(&stream, EpollEvent::new(events, token)).is_ok() {
             // At the cap, the oldest pending connection makes room.
             if let Some(old) = pending.insert(token, stream, nonce, sys::now_ns()) {
-                reject(inner, old);
+                settle(inner, old);
             }
         }
     }
 }
 
+fn listener(inner: &Inner) -> Listener<'_> {
+    Listener { secret: &inner.me.secret, job_hash: inner.job_hash, task: inner.cfg.task, max_tasks: MAX_TASKS }
+}
+
 fn handshake_step(inner: &Inner, pending: &mut PendingSet, token: u64) {
-    let me = Listener { secret: &inner.me.secret, job_hash: inner.job_hash, task: inner.cfg.task, max_tasks: MAX_TASKS };
-    match pending.readable(token, &me) {
+    let step = pending.readable(token, &listener(inner));
+    finish_handshake(inner, step);
+}
+
+/// A pending connection leaves the set (its deadline, or the cap): a
+/// connector whose hello is there by now is greeted, the rest rejected.
+fn settle(inner: &Inner, p: Pending) {
+    let step = p.last_look(&listener(inner));
+    finish_handshake(inner, step);
+}
+
+fn finish_handshake(inner: &Inner, step: Step) {
+    match step {
         Step::More => {}
         Step::Stranger(p) => reject(inner, p),
         Step::Greeted(p, t) => {
             inner.flih.unwatch(&p.stream);
+            // A peer on another node that dies with its host is seen by
+            // keepalive, on the connections it accepted too.
+            let _ = crate::net::congestion::keepalive(&p.stream);
             let ack = t.ack(&inner.me.secret);
             // Nothing was sent since the challenge: the ack fits whole.
             if (&p.stream).write(&ack).ok() != Some(ack.len()) {

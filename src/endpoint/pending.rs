@@ -108,32 +108,53 @@ impl PendingSet {
     /// reader), and check the hello once it is whole.
     pub fn readable(&mut self, token: u64, me: &Listener) -> Step {
         let Some(p) = self.conns.get_mut(&token) else { return Step::More };
+        match p.read_hello(me) {
+            None => Step::More,
+            Some(checked) => {
+                let p = self.conns.remove(&token).expect("looked up above");
+                match checked {
+                    Some(t) => Step::Greeted(p, t),
+                    None => Step::Stranger(p),
+                }
+            }
+        }
+    }
+}
+
+impl Pending {
+    /// None while the hello is incomplete; then Some(the check's result)
+    /// (None for a stranger: closed, garbage, or a hello that fails).
+    fn read_hello(&mut self, me: &Listener) -> Option<Option<Transcript>> {
         loop {
-            match (&p.stream).read(&mut p.hello[p.got..]) {
-                Ok(0) => break,
+            match (&self.stream).read(&mut self.hello[self.got..]) {
+                Ok(0) => return Some(None),
                 Ok(n) => {
-                    p.got += n;
-                    if p.got < HELLO_BYTES {
+                    self.got += n;
+                    if self.got < HELLO_BYTES {
                         // Another protocol or version is told at once.
-                        if !handshake::hello_prefix_ok(&p.hello[..p.got]) {
-                            break;
+                        if !handshake::hello_prefix_ok(&self.hello[..self.got]) {
+                            return Some(None);
                         }
                         continue;
                     }
-                    let checked =
-                        handshake::verify_hello(&p.hello, me.secret, me.job_hash, me.task, &p.nonce, me.max_tasks);
-                    let p = self.conns.remove(&token).expect("looked up above");
-                    return match checked {
-                        Some(t) => Step::Greeted(p, t),
-                        None => Step::Stranger(p),
-                    };
+                    return Some(handshake::verify_hello(&self.hello, me.secret, me.job_hash, me.task, &self.nonce, me.max_tasks));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::More,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break,
+                Err(_) => return Some(None),
             }
         }
-        Step::Stranger(self.conns.remove(&token).expect("looked up above"))
+    }
+
+    /// A connection leaving the set (past its deadline, or pushed out by a
+    /// newer one): greeted if its whole hello is in the socket by now.  The
+    /// FLIH may not have seen it yet: it was busy accepting a flood, or its
+    /// process was stopped past the deadline with the hello waiting.
+    pub fn last_look(mut self, me: &Listener) -> Step {
+        match self.read_hello(me) {
+            Some(Some(t)) => Step::Greeted(self, t),
+            _ => Step::Stranger(self),
+        }
     }
 }
 
@@ -208,5 +229,41 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(20));
         assert!(matches!(set.readable(21, &me), Step::Stranger(_)), "another secret");
         assert_eq!(set.len(), 0);
+    }
+
+    /// A connection leaving the set by its deadline or the cap is greeted
+    /// if its hello came meanwhile, unread (the FLIH was stopped or busy);
+    /// a silent one or a wrong hello is a stranger.
+    #[test]
+    fn a_hello_waiting_in_the_socket_is_read_before_the_connection_leaves() {
+        use std::io::Write;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let key = [7u8; 16];
+        let me = Listener { secret: &key, job_hash: 5, task: 0, max_tasks: 10 };
+        let t = Transcript { job_hash: 5, listener: 0, connector: 3, nonce_l: [1; 16], nonce_c: [2; 16] };
+        let mut set = PendingSet::default();
+        let (mut real, s) = pair(&l);
+        assert!(set.insert(1, s, [1; 16], 0).is_none());
+        real.write_all(&t.hello(&key)).unwrap();
+        let (mut wrong, s) = pair(&l);
+        assert!(set.insert(2, s, [1; 16], 0).is_none());
+        wrong.write_all(&t.hello(&[8; 16])).unwrap();
+        let (_silent, s) = pair(&l);
+        assert!(set.insert(3, s, [1; 16], 0).is_none());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let steps: Vec<Step> = set.expired(u64::MAX).into_iter().map(|p| p.last_look(&me)).collect();
+        assert!(matches!(&steps[..], [Step::Greeted(_, t), Step::Stranger(_), Step::Stranger(_)] if t.connector == 3));
+
+        let (mut real, s) = pair(&l);
+        assert!(set.insert(10, s, [1; 16], 0).is_none());
+        real.write_all(&t.hello(&key)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let (mut pushed_out, mut clients) = (vec![], vec![]);
+        for i in 0..CAP as u64 {
+            let (c, s) = pair(&l);
+            clients.push(c);
+            pushed_out.extend(set.insert(11 + i, s, [0; 16], 0));
+        }
+        assert!(matches!(&pushed_out.pop().map(|p| p.last_look(&me)), Some(Step::Greeted(..))), "pushed out by the cap");
     }
 }

@@ -51,10 +51,6 @@ fn set(fd: impl AsFd, name: &OsStr) -> io::Result<()> {
     socket::setsockopt(&fd, sockopt::TcpCongestion, &name.to_os_string()).map_err(io::Error::from)
 }
 
-/// Connect to `to` from a socket whose algorithm was chosen first: reno if
-/// `to` is on this host (`me` is our listening address), else the default.
-/// A failure to choose is not an error: the default still works, only
-/// slower.  Gives up after `timeout` (TimedOut); returns a blocking stream.
 /// TCP keepalive on `stream`: a peer whose host is gone ends the
 /// connection within about KEEPALIVE_IDLE + KEEPALIVE_COUNT *
 /// KEEPALIVE_INTERVAL seconds of silence; a live host answers for its
@@ -70,7 +66,13 @@ pub(crate) fn keepalive(stream: &TcpStream) -> io::Result<()> {
     Ok(())
 }
 
-pub(crate) fn connect(me: IpAddr, to: SocketAddrV4, timeout: Duration) -> io::Result<TcpStream> {
+/// Connect to `to` from a socket whose algorithm was chosen first: reno if
+/// `to` is on this host (`me` is our listening address), else the default.
+/// A failure to choose is not an error: the default still works, only
+/// slower.  Gives up after `timeout` (TimedOut); None waits for the
+/// kernel's verdict (an answer, a refusal, or its own SYN retries running
+/// out).  Returns a blocking stream.
+pub(crate) fn connect(me: IpAddr, to: SocketAddrV4, timeout: Option<Duration>) -> io::Result<TcpStream> {
     let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
     let fd = socket::socket(AddressFamily::Inet, SockType::Stream, flags, None)?;
     let default = current(&fd).ok();
@@ -91,18 +93,24 @@ pub(crate) fn connect(me: IpAddr, to: SocketAddrV4, timeout: Duration) -> io::Re
 }
 
 /// Wait until a non-blocking connect ends (the socket turns writable),
-/// then report how: Ok, its error, or TimedOut after `timeout`.
-fn wait_connected(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
+/// then report how: Ok, its error, or TimedOut after `timeout` (None:
+/// no limit of ours).
+fn wait_connected(fd: &OwnedFd, timeout: Option<Duration>) -> io::Result<()> {
     let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
     ep.add(fd, EpollEvent::new(EpollFlags::EPOLLOUT, 0))?;
-    let deadline = Instant::now() + timeout;
+    let deadline = timeout.map(|t| Instant::now() + t);
     let mut events = [EpollEvent::empty()];
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                left.as_millis().clamp(1, i32::MAX as u128) as i32
+            }
+        };
         // EINTR is 0 events: the loop goes on with the time left.
         if crate::sys::epoll_wait(&ep, &mut events, ms)? > 0 {
             break;
@@ -150,7 +158,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let default = listen_same_host(&listener).expect("reno is always built in");
         let SocketAddr::V4(addr) = listener.local_addr().unwrap() else { unreachable!() };
-        let client = connect(IpAddr::V4(Ipv4Addr::LOCALHOST), addr, Duration::from_secs(5)).unwrap();
+        let client = connect(IpAddr::V4(Ipv4Addr::LOCALHOST), addr, Some(Duration::from_secs(5))).unwrap();
         assert_eq!(algorithm(&client), SAME_HOST, "the connecting end");
         let (server, _) = listener.accept().unwrap();
         assert_eq!(algorithm(&server), SAME_HOST, "the accepted end, as it was accepted");
@@ -170,7 +178,7 @@ mod tests {
         // A port just freed: connection refused, not a hang.
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
-        let err = connect(IpAddr::V4(Ipv4Addr::LOCALHOST), to, Duration::from_secs(5)).unwrap_err();
+        let err = connect(IpAddr::V4(Ipv4Addr::LOCALHOST), to, Some(Duration::from_secs(5))).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
     }
 
@@ -183,7 +191,7 @@ mod tests {
         let mut held = vec![];
         let start = Instant::now();
         let err = loop {
-            match connect(me, addr, Duration::from_millis(300)) {
+            match connect(me, addr, Some(Duration::from_millis(300))) {
                 Ok(s) => held.push(s),
                 Err(e) => break e,
             }

@@ -143,6 +143,13 @@ pub(crate) const CONNECT_STEP: Duration = Duration::from_secs(1);
 /// is missing, `patience` is asked every `step`: true waits on (the
 /// listener still runs, or nothing says it died), false gives up
 /// (TimedOut).  The bytes read so far are kept across the asks.
+///
+/// A connection closed (EOF or reset) after its challenge came is
+/// ConnectionAborted: a listener of the right task accepted it, then
+/// dropped it as a stranger (a flood pushed it out, or we were stopped
+/// past its hello deadline), so trying again is worth it.  Closed before
+/// the challenge, it is UnexpectedEof or ConnectionReset: nobody accepted
+/// it (the listener closed, or its process died).
 pub(crate) fn greet(
     s: &mut TcpStream,
     job_hash: u64,
@@ -163,9 +170,15 @@ pub(crate) fn greet(
     }
     let t = Transcript { job_hash, listener, connector: me, nonce_l, nonce_c: random()? };
     // A fresh socket's send buffer takes the 64 bytes whole.
-    s.write_all(&t.hello(key))?;
+    let closed = |e: io::Error| match e.kind() {
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
+            io::Error::from(io::ErrorKind::ConnectionAborted)
+        }
+        _ => e,
+    };
+    s.write_all(&t.hello(key)).map_err(closed)?;
     let mut ack = [0u8; ACK_BYTES];
-    read_patiently(s, &mut ack, patience)?;
+    read_patiently(s, &mut ack, patience).map_err(closed)?;
     if !t.ack_ok(key, &ack) {
         return Err(bad("the listener does not hold the secret of the address"));
     }
@@ -181,7 +194,9 @@ fn read_patiently(s: &mut TcpStream, buf: &mut [u8], patience: &mut dyn FnMut() 
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            // SO_RCVTIMEO ran out (EAGAIN); ETIMEDOUT is the kernel's
+            // verdict (keepalive found the peer's host gone), an error.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if !patience() {
                     return Err(io::ErrorKind::TimedOut.into());
                 }

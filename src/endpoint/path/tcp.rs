@@ -126,7 +126,7 @@ impl Inner {
             return Err(Error::PeerLost);
         }
         let addr = *p.addr.get().ok_or(Error::UnknownTask)?;
-        let stream = self.greet(&addr)?;
+        let stream = self.greet(p, &addr)?;
         let token = self.new_token();
         let conn = Arc::new(Conn::new(stream, token, p.task, self.buf_pool.clone(), self.tcp.conn_epoll.clone()).map_err(|_| Error::Network)?);
         self.add_conn(&conn)?;
@@ -134,41 +134,54 @@ impl Inner {
         Ok(conn)
     }
 
-    /// Connect to `addr` and pass the handshake as its owner expects
-    /// (handshake.rs).  A listener flooded with strangers may close our
-    /// connection before its hello is read (pending.rs): try again then,
-    /// but not after a wrong answer or once the listener is known dead.
+    /// Connect to `p` and pass the handshake as its owner expects
+    /// (handshake.rs), for as long as nothing says the peer died: no timer
+    /// makes a slow or stopped peer (SIGSTOP, a debugger) a dead one.
     ///
-    /// A listener that does not answer is stopped (SIGSTOP, a debugger),
-    /// not dead, for as long as nothing says it died: on this node its
-    /// process still runs (for the first LOCAL_GRACE whatever the check
-    /// says: a peer in another pid namespace has another pid here); on
-    /// another node the connection is still open, which TCP keepalive
-    /// (KEEPALIVE_*) checks with the peer's kernel, awake while its
-    /// process is stopped.
-    pub(crate) fn greet(&self, addr: &Address) -> Result<TcpStream> {
-        const ATTEMPTS: usize = 3;
-        const LOCAL_GRACE: Duration = Duration::from_secs(30);
+    /// What says it died: on this node its pidfd (`p.ended`, set by the
+    /// FLIH), asked every CONNECT_STEP while the connect or an answer is
+    /// missing; anywhere, a refused connect (its listener is closed), a
+    /// close before its challenge (nobody accepted us), or the kernel
+    /// giving up: SYN retries with no answer, or TCP keepalive (KEEPALIVE_*)
+    /// finding the peer's host gone (its kernel answers for a stopped
+    /// process).  A same-node connect is made afresh every step: a SYN the
+    /// stopped listener's full backlog dropped is not left to the kernel's
+    /// backoff (up to a minute) once it runs again.
+    ///
+    /// A listener that accepted us and then closed us as a stranger (a
+    /// flood pushed us out of its pending set, or we were stopped past its
+    /// hello deadline) is alive: try again, after a nap that grows to
+    /// RETRY_NAP_MAX.  A wrong answer is an error at once.
+    pub(crate) fn greet(&self, p: &Peer, addr: &Address) -> Result<TcpStream> {
+        const RETRY_NAP_MAX: Duration = Duration::from_millis(100);
+        let step = crate::net::handshake::CONNECT_STEP;
         let local = addr.node_id == self.me.node_id;
-        for _ in 0..ATTEMPTS {
-            let me = std::net::IpAddr::V4(*self.me.tcp.ip());
-            let mut stream =
-                crate::net::congestion::connect(me, addr.tcp, Duration::from_secs(5)).map_err(|_| Error::Network)?;
-            crate::net::congestion::keepalive(&stream).map_err(|_| Error::Network)?;
-            let since = sys::now_ns();
-            let mut patience = || {
-                !local
-                    || sys::now_ns() - since < LOCAL_GRACE.as_nanos() as u64
-                    || sys::process_alive(addr.pid)
+        let alive = || !p.ended.load(Ordering::Acquire);
+        let me = std::net::IpAddr::V4(*self.me.tcp.ip());
+        let mut nap = Duration::from_millis(1);
+        loop {
+            let connected = if local {
+                loop {
+                    match crate::net::congestion::connect(me, addr.tcp, Some(step)) {
+                        Err(e) if e.kind() == io::ErrorKind::TimedOut && alive() => continue,
+                        r => break r,
+                    }
+                }
+            } else {
+                crate::net::congestion::connect(me, addr.tcp, None)
             };
-            let step = crate::net::handshake::CONNECT_STEP;
+            let mut stream = connected.map_err(|_| Error::Network)?;
+            crate::net::congestion::keepalive(&stream).map_err(|_| Error::Network)?;
+            let mut patience = alive;
             match crate::net::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret, step, &mut patience) {
                 Ok(()) => return Ok(stream),
-                Err(e) if matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset) => continue,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted && alive() => {
+                    std::thread::sleep(nap);
+                    nap = (nap * 2).min(RETRY_NAP_MAX);
+                }
                 Err(_) => return Err(Error::Network),
             }
         }
-        Err(Error::Network)
     }
 
     /// Track a connection and put it in the connection set (edge-triggered:
@@ -476,7 +489,7 @@ impl Inner {
         let addr = *p.addr.get()?;
         let left = Duration::from_nanos(deadline.checked_sub(sys::now_ns())?);
         let me = std::net::IpAddr::V4(*self.me.tcp.ip());
-        let mut stream = crate::net::congestion::connect(me, addr.tcp, left).ok()?;
+        let mut stream = crate::net::congestion::connect(me, addr.tcp, Some(left)).ok()?;
         let mut in_time = || sys::now_ns() < deadline;
         crate::net::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret, left, &mut in_time).ok()?;
         let conn = Conn::new(stream, self.new_token(), p.task, self.buf_pool.clone(), self.tcp.conn_epoll.clone()).ok()?;
