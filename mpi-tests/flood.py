@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """flood.py -- strangers flood a running job's doorbell TCP listeners.
 
-Usage: flood.py PIDDIR SECONDS [--open N]
+Usage: flood.py PIDDIR SECONDS [--open N] [--rate R]
 
 PIDDIR holds one file per rank, rank.<n>, with its pid (soak.c and
 stopped_peer.c write them).  For SECONDS, this opens unauthenticated TCP
@@ -13,15 +13,18 @@ TIME_WAIT, so the ephemeral ports last); one in eight sends the first
 bytes of a valid hello and stays open (up to --open N at once, 512) until
 the listener drops it, so the listener's set of pending handshakes stays
 full.  A rank that is stopped meanwhile gets its accept queue filled.
+--rate R caps the connections per second (a soak keeps a core for its
+ranks); without it there is no cap.
 Once every rank in PIDDIR has had 1000 connection attempts on each of its
 ports, this writes PIDDIR/flood.ready (stopped_peer.c waits for it).
 
-Prints "flood: C connections to P ports in S s (R/s)"; exits 0 if it made
+SIGTERM ends it early.  Prints "flood: C connections to P ports in S s (R/s)"; exits 0 if it made
 at least one connection, 1 otherwise.  Whether the job completed with its
 data is for the caller to check.
 """
 import errno
 import os
+import signal
 import socket
 import struct
 import sys
@@ -87,11 +90,18 @@ def main():
         i = args.index("--open")
         max_open = int(args[i + 1])
         del args[i : i + 2]
+    rate = 0.0
+    if "--rate" in args:
+        i = args.index("--rate")
+        rate = float(args[i + 1])
+        del args[i : i + 2]
     if len(args) != 2:
         sys.exit(__doc__)
     piddir, seconds = args[0], float(args[1])
     t0 = time.monotonic()
-    end = t0 + seconds
+    end = [t0 + seconds]
+    # SIGTERM ends the flood early, summary included.
+    signal.signal(signal.SIGTERM, lambda *_: end.__setitem__(0, 0.0))
     ports, next_scan = [], 0.0
     kept = []
     made = 0
@@ -101,7 +111,7 @@ def main():
     n = 0
     while True:
         now = time.monotonic()
-        if now >= end:
+        if now >= end[0]:
             break
         if now >= next_scan:
             ports = scan(piddir)
@@ -109,6 +119,9 @@ def main():
             next_scan = now + 0.5
         if not ports:
             time.sleep(0.01)
+            continue
+        if rate and made > rate * (now - t0):
+            time.sleep(min(0.01, made / rate - (now - t0)))
             continue
         port = ports[n % len(ports)]
         n += 1
