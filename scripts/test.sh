@@ -6,8 +6,8 @@
 #      (--cfg loom: every `loom_tests` module)
 #   3. C tests (CMake/CTest, forked processes) against the installed library
 #   4. the Open MPI component: mpi-tests/ over --mca btl self,doorbell;
-#      fi: the libfabric provider under Open MPI's mtl ofi and the MPICH
-#      wheel (fi/tests/run.sh)
+#      fi: the libfabric provider under Open MPI's mtl ofi, the MPICH
+#      wheel and Intel MPI's runtime (fi/tests/run.sh)
 #   5. the two-node layout (network namespaces) under a real mpirun
 #   6. stall: two-way traffic and progress-source stalls (mpi-tests/stall.sh)
 #   7. shm-full: a shared-memory directory too small for every rank

@@ -68,6 +68,11 @@ pub struct Ep {
     /// of an FI_THREAD_SAFE caller) can hand the core's TCP inbox to the
     /// matcher out of order.
     delivering: Mutex<()>,
+    /// Messages this endpoint handed to the core and got from it, printed
+    /// at close under FI_DOORBELL_DEBUG: a test's proof that an MPI's
+    /// traffic went through this provider.
+    sent: AtomicU64,
+    received: AtomicU64,
 }
 
 /// A cheap identity of the calling thread: the address of a thread-local.
@@ -150,6 +155,8 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, info: *mut fi_info, ep: *mut *
             first_thread: AtomicUsize::new(0),
             threads: AtomicBool::new(false),
             delivering: Mutex::new(()),
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
         });
         core.register(window, Arc::downgrade(&inner));
         crate::debug!("endpoint open: window {window} caps {caps:#x}");
@@ -185,6 +192,12 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
     guard(EOTHER, || {
         // SAFETY: the application closes a fid we made.
         let Some(ep) = (unsafe { from_fid(f) }) else { return EINVAL };
+        crate::debug!(
+            "endpoint close: window {}: {} sent, {} received through the core",
+            ep.window,
+            ep.sent.load(Ordering::Relaxed),
+            ep.received.load(Ordering::Relaxed)
+        );
         ep.domain.core.release_window(ep.window);
         // SAFETY: our boxed EpFid (checked), closed once.
         drop(unsafe { Box::from_raw(f as *mut EpFid) });
@@ -441,6 +454,7 @@ impl Ep {
         if tag != CORE_TAG {
             return;
         }
+        self.received.fetch_add(1, Ordering::Relaxed);
         match Header::decode(bytes) {
             Some((h, payload)) => self.arrive(Source { task, window: h.src_window }, h, payload),
             None => crate::debug!("dropped a malformed message from task {task}"),
@@ -586,6 +600,7 @@ impl Ep {
                 }
                 return fi_err(e) as isize;
             }
+            self.sent.fetch_add(1, Ordering::Relaxed);
         }
         if !inject {
             self.push_tx(Completion::ok(ctx, FI_SEND | kind_flag(kind)), flags & FI_COMPLETION != 0);

@@ -96,7 +96,10 @@ pub fn debug_enabled() -> bool {
 macro_rules! debug {
     ($($a:tt)*) => {
         if $crate::util::debug_enabled() {
-            eprintln!("doorbell-fi[{}]: {}", std::process::id(), format!($($a)*));
+            // One write per line: ranks share the launcher's stderr pipe,
+            // and a test reads these lines whole.
+            let line = format!("doorbell-fi[{}]: {}\n", std::process::id(), format!($($a)*));
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         }
     };
 }

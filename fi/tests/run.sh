@@ -5,15 +5,19 @@
 # lists it (Debian's libfabric 1.17 and, when the MPICH wheel is there, its
 # 2.x core), runs the provider's unit tests and fi_check (libfabric's API
 # without an MPI, under both cores), then runs the repo's MPI test
-# programs over it: Open MPI 4.1 with `pml cm, mtl ofi` and MPICH (the PyPI
+# programs over it: Open MPI 4.1 with `pml cm, mtl ofi`, MPICH (the PyPI
 # wheel, ch4:ofi with MPIR_CVAR_NOLOCAL=1 so that on-node traffic goes
-# through the provider).  Each MPI runs them twice: shared memory, then
-# FI_DOORBELL_FORCE_TCP=1 over loopback.  Prints PASS/FAIL per step (a
-# missing MPI, libfabric tool or mpi4py is a failure) and
-# ends with "N passed, M failed"; exits non-zero on any failure.
+# through the provider) and Intel MPI (the impi-rt wheel, I_MPI_FABRICS=ofi,
+# over the MPICH wheel's libfabric and over Debian's).  Each MPI runs them
+# twice: shared memory, then FI_DOORBELL_FORCE_TCP=1 over loopback.  Every
+# run has FI_DOORBELL_DEBUG=1 and passes only if every rank's endpoint
+# printed at close that it received messages through the core: a run that
+# an MPI carried over another transport fails.  Prints PASS/FAIL per step (a
+# missing MPI, libfabric tool or mpi4py is a failure) and ends with
+# "N passed, M failed"; exits non-zero on any failure.
 #
 # Environment (all optional):
-#   MPIS         which MPIs                       ("ompi mpich")
+#   MPIS         which MPIs                       ("ompi mpich impi")
 #   NPS          rank counts                      ("2 4")
 #   TESTS        programs                         ("pingpong anysource probe alltoall_nb
 #                                                   ssend_vector collectives threads idle_cpu
@@ -22,27 +26,32 @@
 #                                                   a killed job leaves no file behind; mpi4py at
 #                                                   2 ranks where mpi4py imports: the wheel's venv
 #                                                   for MPICH, /usr/bin/python3 for Open MPI)
+#   IMPI_TESTS   the programs Intel MPI runs      ("pingpong anysource collectives probe")
 #   TCP_PASS     1: repeat everything with FI_DOORBELL_FORCE_TCP=1   (1)
 #   WAIT         FI_DOORBELL_WAIT for the runs     (adaptive)
 #   IDLE_CPU_LIMIT  percent a blocked receiver may use (5)
 #   PINGPONG_MAX    largest ping-pong message        (16777216)
 #   RUN_TIMEOUT  seconds per mpirun/mpiexec        (180)
 #   MPICH_VENV   the MPICH wheel's venv            (<repo>/target/venv-mpich,
-#                made by scripts/deps.sh)
+#                made by scripts/deps.sh; Intel MPI's programs are built
+#                with its mpi.h, the ABI the two share)
+#   IMPI_VENV    the impi-rt wheel's venv          (<repo>/target/venv-impi, ditto)
 #   OUT          build and log directory          (<repo>/target/fi-tests)
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-MPIS=${MPIS:-ompi mpich}
+MPIS=${MPIS:-ompi mpich impi}
 NPS=${NPS:-2 4}
 TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point kill_ranks mpi4py}
+IMPI_TESTS=${IMPI_TESTS:-pingpong anysource collectives probe}
 TCP_PASS=${TCP_PASS:-1}
 WAIT=${WAIT:-adaptive}
 IDLE_CPU_LIMIT=${IDLE_CPU_LIMIT:-5}
 PINGPONG_MAX=${PINGPONG_MAX:-16777216}
 RUN_TIMEOUT=${RUN_TIMEOUT:-180}
 MPICH_VENV=${MPICH_VENV:-$ROOT/target/venv-mpich}
+IMPI_VENV=${IMPI_VENV:-$ROOT/target/venv-impi}
 OUT=${OUT:-$ROOT/target/fi-tests}
 PROV=$OUT/prov
 BIN=$OUT/bin
@@ -135,16 +144,33 @@ else
 fi
 
 # ---- MPI programs ----
-MPICC_ompi=mpicc.openmpi
-MPICC_mpich=$MPICH_VENV/bin/mpicc
 PYTHON_ompi=/usr/bin/python3
 PYTHON_mpich=$MPICH_VENV/bin/python
+WHEEL_FABRIC=$MPICH_VENV/lib/mpich/libfabric.so.1
+DEBIAN_FABRIC=/usr/lib/x86_64-linux-gnu/libfabric.so.1
 have_mpi() {
     case $1 in
     ompi) command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null &&
         ls /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/mca_mtl_ofi.so >/dev/null 2>&1 ;;
     mpich) [[ -x $MPICH_VENV/bin/mpicc && -x $MPICH_VENV/bin/mpiexec ]] ;;
+    # impi-rt has no compiler: MPICH's mpi.h, linked to Intel's libmpi.so.12.
+    impi) [[ -x $IMPI_VENV/bin/mpiexec && -f $IMPI_VENV/lib/libmpi.so.12 && -f $MPICH_VENV/include/mpi.h &&
+        -f $WHEEL_FABRIC && -f $DEBIAN_FABRIC ]] ;;
     esac
+}
+build_prog() { # MPI SOURCE OUTPUT
+    case $1 in
+    ompi) mpicc.openmpi -O2 -o "$3" "$2" ;;
+    mpich) "$MPICH_VENV/bin/mpicc" -O2 -o "$3" "$2" ;;
+    impi) cc -O2 -I "$MPICH_VENV/include" -o "$3" "$2" -L "$IMPI_VENV/lib" -lmpi -Wl,-rpath,"$IMPI_VENV/lib" ;;
+    esac
+}
+
+# How many processes printed at an endpoint's close that it received
+# messages through the core (FI_DOORBELL_DEBUG=1).
+carried() {
+    grep -aoE 'doorbell-fi\[[0-9]+\]: endpoint close: window [0-9]+: [0-9]+ sent, [1-9][0-9]* received' "$1" |
+        sed -E 's/^doorbell-fi\[([0-9]+)\].*/\1/' | sort -u | wc -l
 }
 
 # run_mpi MPI NP NAME EXTRA_ENV... -- PROGRAM ARGS
@@ -155,7 +181,7 @@ run_mpi() {
     while [[ $1 != -- ]]; do envs+=("$1"); shift; done
     shift
     local log=$LOGS/$(slug "$name").log
-    local base=(FI_PROVIDER_PATH="$PROV" FI_DOORBELL_IF_INCLUDE=lo FI_DOORBELL_WAIT="$WAIT" "${envs[@]}")
+    local base=(FI_PROVIDER_PATH="$PROV" FI_DOORBELL_IF_INCLUDE=lo FI_DOORBELL_WAIT="$WAIT" FI_DOORBELL_DEBUG=1 "${envs[@]}")
     local rc
     case $mpi in
     ompi)
@@ -171,16 +197,24 @@ run_mpi() {
             timeout "$RUN_TIMEOUT" "$MPICH_VENV/bin/mpiexec" -n "$np" "$@" >"$log" 2>&1
         rc=$?
         ;;
+    impi)
+        # I_MPI_FABRICS=ofi: on-node traffic too goes through libfabric.
+        env I_MPI_OFI_LIBRARY="$WHEEL_FABRIC" "${base[@]}" FI_PROVIDER=doorbell I_MPI_FABRICS=ofi I_MPI_PIN=0 \
+            timeout "$RUN_TIMEOUT" "$IMPI_VENV/bin/mpiexec" -n "$np" "$@" >"$log" 2>&1
+        rc=$?
+        ;;
     esac
     local prog=${EXPECT:-}
     if [[ -z $prog ]]; then
         prog=$(basename "$1")
         prog=${prog%_*}
     fi
-    if [[ $rc == 0 ]] && grep -q "^$prog: OK" "$log"; then
+    local through
+    through=$(carried "$log")
+    if [[ $rc == 0 ]] && grep -q "^$prog: OK" "$log" && [[ $through -ge $np ]]; then
         pass "$name$(grep -o 'IDLE_CPU max=[0-9.]*%' "$log" | head -1 | sed 's/^/ (/;s/$/)/')"
     else
-        fail "$name (rc $rc)" "$log"
+        fail "$name (rc $rc, $through of $np ranks received through the provider)" "$log"
     fi
 }
 
@@ -221,15 +255,17 @@ for mpi in $MPIS; do
         fail "$mpi: not installed (scripts/deps.sh installs it)"
         continue
     fi
-    cc_var=MPICC_$mpi
-    for t in $TESTS; do
+    tests=$TESTS
+    [[ $mpi == impi ]] && tests=$IMPI_TESTS
+    for t in $tests; do
         log=$LOGS/build-$t-$mpi.log
+        rm -f "$BIN/${t}_$mpi"
         [[ -f $ROOT/mpi-tests/$t.c ]] || continue
-        if ${!cc_var} -O2 -o "$BIN/${t}_$mpi" "$ROOT/mpi-tests/$t.c" >"$log" 2>&1; then :; else
+        if build_prog "$mpi" "$ROOT/mpi-tests/$t.c" "$BIN/${t}_$mpi" >"$log" 2>&1; then :; else
             fail "build $t ($mpi)" "$log"
         fi
     done
-    if [[ " $TESTS " == *" kill_ranks "* && -x $BIN/kill_ranks_$mpi ]]; then
+    if [[ " $tests " == *" kill_ranks "* && -x $BIN/kill_ranks_$mpi ]]; then
         kill_ranks "$mpi" one
         kill_ranks "$mpi" all
     fi
@@ -239,7 +275,7 @@ for mpi in $MPIS; do
         extra=()
         [[ $via == tcp ]] && extra=(FI_DOORBELL_FORCE_TCP=1)
         for np in $NPS; do
-            if [[ " $TESTS " == *" mpi4py "* && $np == 2 ]]; then
+            if [[ " $tests " == *" mpi4py "* && $np == 2 ]]; then
                 py_var=PYTHON_$mpi
                 if "${!py_var}" -c 'import mpi4py, numpy' 2>/dev/null; then
                     EXPECT=mpi4py_check run_mpi "$mpi" 2 "$mpi mpi4py np=2 $via" "${extra[@]}" -- "${!py_var}" "$ROOT/mpi-tests/mpi4py_check.py"
@@ -247,7 +283,7 @@ for mpi in $MPIS; do
                     fail "$mpi mpi4py np=2 $via: mpi4py or numpy not importable by ${!py_var} (scripts/deps.sh installs them)"
                 fi
             fi
-            for t in $TESTS; do
+            for t in $tests; do
                 [[ -x $BIN/${t}_$mpi && $t != kill_ranks ]] || continue
                 args=()
                 case $t in
@@ -257,6 +293,10 @@ for mpi in $MPIS; do
                 run_mpi "$mpi" "$np" "$mpi $t np=$np $via" "${extra[@]}" -- "$BIN/${t}_$mpi" "${args[@]}"
                 if [[ $t == idle_point ]]; then
                     run_mpi "$mpi" "$np" "$mpi $t threads np=$np $via" "${extra[@]}" -- "$BIN/${t}_$mpi" threads
+                fi
+                # Intel MPI over Debian's libfabric 1.17 as well (shm).
+                if [[ $mpi == impi && $via == shm ]]; then
+                    run_mpi "$mpi" "$np" "$mpi $t np=$np $via (libfabric 1.17)" I_MPI_OFI_LIBRARY="$DEBIAN_FABRIC" -- "$BIN/${t}_$mpi" "${args[@]}"
                 fi
             done
         done

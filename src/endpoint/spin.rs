@@ -204,28 +204,40 @@ mod tests {
     #[test]
     fn adaptive_waits_learn_and_the_other_modes_do_not() {
         let [rx, local, _remote] = three("spinwait");
+        // Each message comes long after the receiver's 1 ms spin.  On a
+        // busy machine a receiver held up past the 100 ms may find one
+        // there at once (a spin that paid, which starts the count again),
+        // so adaptive waits go on until the learner has switched, for at
+        // most MAX_LATE messages; one that never learns fails below.
+        const MAX_LATE: usize = 24;
+        let done = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
-            // Each message comes long after the receiver's 1 ms spin.
             let sender = s.spawn(|| {
-                for _ in 0..6 {
+                for _ in 0..2 + MAX_LATE {
+                    if done.load(Ordering::Acquire) {
+                        break;
+                    }
                     std::thread::sleep(Duration::from_millis(100));
                     local.send(0, 0, 1, &[b"late"]).unwrap();
                 }
             });
-            for mode in [WaitMode::Block, WaitMode::Poll, WaitMode::Adaptive] {
-                let n = if mode == WaitMode::Adaptive { 4 } else { 1 };
-                for _ in 0..n {
-                    let w = rx.wait(0, Some(mode), Some(Duration::from_secs(20)), &mut |_, _, _| {}).unwrap();
-                    assert_eq!(w, Woke::Message(1));
-                }
-                if mode != WaitMode::Adaptive {
-                    assert_eq!(rx.spin_stats(0, Path::Shm), Ok(PathStats::default()), "{mode:?}");
+            for mode in [WaitMode::Block, WaitMode::Poll] {
+                let w = rx.wait(0, Some(mode), Some(Duration::from_secs(20)), &mut |_, _, _| {}).unwrap();
+                assert_eq!(w, Woke::Message(1));
+                assert_eq!(rx.spin_stats(0, Path::Shm), Ok(PathStats::default()), "{mode:?}");
+            }
+            for _ in 0..MAX_LATE {
+                let w = rx.wait(0, Some(WaitMode::Adaptive), Some(Duration::from_secs(20)), &mut |_, _, _| {}).unwrap();
+                assert_eq!(w, Woke::Message(1));
+                if rx.spin_stats(0, Path::Shm).unwrap().short_spin {
+                    break;
                 }
             }
+            done.store(true, Ordering::Release);
             sender.join().unwrap();
         });
         let shm = rx.spin_stats(0, Path::Shm).unwrap();
-        assert_eq!((shm.spins_vain, shm.short_spin), (4, true));
+        assert!(shm.short_spin && shm.spins_vain >= 4, "{shm:?}");
         // Short over shared memory: about a wake-up's cost.
         assert_eq!(rx.spin_begin(0, ADAPTIVE), Ok(50_000));
     }
