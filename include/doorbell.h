@@ -132,6 +132,13 @@
 #define DOORBELL_ERR_CORRUPT_RECORD -20
 
 /*
+ An endpoint of another job could not be given a peer id: this
+ endpoint, or that one, met DOORBELL_MAX_PEERS - DOORBELL_MAX_TASKS
+ (1024) endpoints of other jobs already over its life.
+ */
+#define DOORBELL_ERR_TOO_MANY_PEERS -21
+
+/*
  The endpoint's mode (config, or env DOORBELL_WAIT_MODE).
  */
 #define DOORBELL_WAIT_DEFAULT 0
@@ -230,26 +237,49 @@
 #define DOORBELL_MAX_TASKS 16384
 
 /*
+ Largest peer id + 1.  An endpoint calls a task of its own job (the same
+ job key) by its task id, and an endpoint of another job by an id from
+ DOORBELL_MAX_TASKS up that it gives it (doorbell_connect): at most
+ DOORBELL_MAX_PEERS - DOORBELL_MAX_TASKS (1024) of those over its life.
+ */
+#define DOORBELL_MAX_PEERS 17408
+
+/*
  Windows a task may open.
  */
 #define DOORBELL_MAX_WINDOWS 16
 
 /*
  Bytes of a task's control segment before its queues (its header, window
- slots and window 0's 8 fast boxes of 4 KiB).  Creating an
+ slots, window 0's 8 fast boxes of 4 KiB and its table of the other
+ jobs' endpoints that talk to it).  Creating an
  endpoint reserves these plus window 0's queue (DOORBELL_QUEUE_HEADER_BYTES
  + ring_bytes) in the shared-memory directory; each further window
  opened reserves one more queue.  Nothing else grows with the peers
  (bulk buffers for messages over ring_bytes / 4 aside).
  */
-#define DOORBELL_CONTROL_BYTES 40960
+#define DOORBELL_CONTROL_BYTES 49152
 
 /*
  Bytes of a window's inbound queue beyond its ring_bytes.
  */
-#define DOORBELL_QUEUE_HEADER_BYTES 70016
+#define DOORBELL_QUEUE_HEADER_BYTES 74368
 
 #define KIND_ABORT 4
+
+/*
+ Endpoints of other jobs (MPI's spawned or connected jobs) one endpoint
+ may meet over its life: slots of its guest table (control.rs).
+ */
+#define MAX_GUESTS 1024
+
+/*
+ Largest peer id + 1.  An endpoint calls a task of its own job by its
+ task id, and an endpoint of another job MAX_TASKS + its guest slot.
+ Peer ids index bitmaps in the queues (queue.rs) and travel in 16 bits
+ in record headers (record.rs).
+ */
+#define MAX_PEERS (MAX_TASKS + MAX_GUESTS)
 
 /*
  Opaque per-process endpoint.  Any thread may send; each window should be

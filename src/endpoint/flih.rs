@@ -221,13 +221,18 @@ fn handshake_step(inner: &Inner, pending: &mut PendingSet, token: u64) {
         Step::Stranger(p) => reject(inner, p),
         Step::Greeted(p, t) => {
             inner.flih.unwatch(&p.stream);
+            let Some(id) = inner.connector_id(&t.connector) else {
+                // An endpoint of another job when our guest table is full:
+                // its connect fails (no ack), and its sends report it.
+                return;
+            };
             let ack = t.ack(&inner.me.secret);
             // Nothing was sent since the challenge: the ack fits whole.
             if (&p.stream).write(&ack).ok() != Some(ack.len()) {
                 return;
             }
             let set = inner.tcp.conn_set().clone();
-            let Ok(conn) = Conn::new(p.stream, inner.new_token(), t.connector, inner.buf_pool.clone(), set) else { return };
+            let Ok(conn) = Conn::new(p.stream, inner.new_token(), id, inner.buf_pool.clone(), set) else { return };
             inner.accept_conn(Arc::new(conn));
         }
     }

@@ -145,7 +145,7 @@ impl Inner {
             let me = std::net::IpAddr::V4(*self.me.tcp.ip());
             let mut stream =
                 crate::net::congestion::connect(me, addr.tcp, Duration::from_secs(5)).map_err(|_| Error::Network)?;
-            match crate::net::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret) {
+            match crate::net::handshake::greet(&mut stream, self.as_connector(), addr.job_hash, addr.task, &addr.secret) {
                 Ok(()) => return Ok(stream),
                 Err(e) if matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset) => continue,
                 Err(_) => return Err(Error::Network),
@@ -434,7 +434,7 @@ impl Inner {
         let deadline = sys::now_ns() + ABORT_BUDGET.as_nanos() as u64;
         let mut waiting: Vec<Arc<Conn>> = self.tcp.conns().into_iter().filter(|c| c.send_ahead(ABORT) == Ok(false)).collect();
         for p in self.peer_list() {
-            let watches_us = !p.local && p.addr.get().is_some_and(|a| a.node_id == self.cfg.node_id && a.task != self.cfg.task);
+            let watches_us = !p.local && p.task != self.cfg.task && p.addr.get().is_some_and(|a| a.node_id == self.cfg.node_id);
             if !watches_us || p.ended.load(Ordering::Acquire) || self.tcp.has_conn_of(p.task) {
                 continue;
             }
@@ -460,7 +460,7 @@ impl Inner {
         let left = Duration::from_nanos(deadline.checked_sub(sys::now_ns())?);
         let me = std::net::IpAddr::V4(*self.me.tcp.ip());
         let mut stream = crate::net::congestion::connect(me, addr.tcp, left).ok()?;
-        crate::net::handshake::greet_within(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret, left).ok()?;
+        crate::net::handshake::greet_within(&mut stream, self.as_connector(), addr.job_hash, addr.task, &addr.secret, left).ok()?;
         let conn = Conn::new(stream, self.new_token(), p.task, self.buf_pool.clone(), self.tcp.conn_epoll.clone()).ok()?;
         let conn = Arc::new(conn);
         self.add_conn(&conn).ok()?;
