@@ -268,20 +268,6 @@
 #define KIND_ABORT 4
 
 /*
- Endpoints of other jobs (MPI's spawned or connected jobs) one endpoint
- may meet over its life: slots of its guest table (control.rs).
- */
-#define MAX_GUESTS 1024
-
-/*
- Largest peer id + 1.  An endpoint calls a task of its own job by its
- task id, and an endpoint of another job MAX_TASKS + its guest slot.
- Peer ids index bitmaps in the queues (queue.rs) and travel in 16 bits
- in record headers (record.rs).
- */
-#define MAX_PEERS (MAX_TASKS + MAX_GUESTS)
-
-/*
  Opaque per-process endpoint.  Any thread may send; each window should be
  progressed by one thread at a time (a concurrent progress of the same
  window returns 0 at once).
