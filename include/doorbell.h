@@ -37,7 +37,7 @@
 #define DOORBELL_ERR_BAD_LENGTH -4
 
 /*
- Malformed or foreign address blob.
+ Malformed address blob, or another address for a task already connected.
  */
 #define DOORBELL_ERR_BAD_ADDRESS -5
 
@@ -548,9 +548,14 @@ int doorbell_endpoint_destroy(struct doorbell_endpoint *ep);
 int doorbell_address(const struct doorbell_endpoint *ep, uint8_t *buf, size_t *len);
 
 /*
- Register a peer from its blob; `*task_out` gets its task id.  Idempotent;
- connecting to yourself is allowed.  BAD_ADDRESS for a malformed or
- foreign blob.
+ Register a peer from its blob; `*task_out` gets its peer id: its task id
+ if it is of this endpoint's job (the same job key), else an id from
+ DOORBELL_MAX_TASKS up that this endpoint gives the other job's endpoint
+ (MPI's spawn, connect/accept, join).  Idempotent; connecting to yourself
+ is allowed.  BAD_ADDRESS for a malformed blob, or another blob for a
+ task already connected; TOO_MANY_PEERS when this endpoint has no peer
+ id left to give (the first send reports it when the other job's
+ endpoint has none left for this one).
  */
 int doorbell_connect(struct doorbell_endpoint *ep, const uint8_t *blob, size_t len, uint32_t *task_out);
 

@@ -31,7 +31,7 @@ pub const DOORBELL_ERR_UNKNOWN_WINDOW: c_int = -2;
 pub const DOORBELL_ERR_UNKNOWN_TASK: c_int = -3;
 /// Length larger than max_message (including (size_t)-1).
 pub const DOORBELL_ERR_BAD_LENGTH: c_int = -4;
-/// Malformed or foreign address blob.
+/// Malformed address blob, or another address for a task already connected.
 pub const DOORBELL_ERR_BAD_ADDRESS: c_int = -5;
 /// Send backlog full: progress, then retry.
 pub const DOORBELL_ERR_WOULD_BLOCK: c_int = -6;
@@ -460,9 +460,14 @@ pub unsafe extern "C" fn doorbell_address(ep: *const doorbell_endpoint, buf: *mu
     })
 }
 
-/// Register a peer from its blob; `*task_out` gets its task id.  Idempotent;
-/// connecting to yourself is allowed.  BAD_ADDRESS for a malformed or
-/// foreign blob.
+/// Register a peer from its blob; `*task_out` gets its peer id: its task id
+/// if it is of this endpoint's job (the same job key), else an id from
+/// DOORBELL_MAX_TASKS up that this endpoint gives the other job's endpoint
+/// (MPI's spawn, connect/accept, join).  Idempotent; connecting to yourself
+/// is allowed.  BAD_ADDRESS for a malformed blob, or another blob for a
+/// task already connected; TOO_MANY_PEERS when this endpoint has no peer
+/// id left to give (the first send reports it when the other job's
+/// endpoint has none left for this one).
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_connect(ep: *mut doorbell_endpoint, blob: *const u8, len: usize, task_out: *mut u32) -> c_int {
     guard(|| {

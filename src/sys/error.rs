@@ -71,7 +71,7 @@ impl Error {
             Error::UnknownWindow => c"unknown window: not open at the receiver",
             Error::UnknownTask => c"unknown task: never connected",
             Error::BadLength => c"bad length: larger than max_message",
-            Error::BadAddress => c"malformed or foreign address blob",
+            Error::BadAddress => c"malformed address blob, or another address for a task already connected",
             Error::WouldBlock => c"send backlog full: progress, then retry",
             Error::TimedOut => c"timed out",
             Error::PeerLost => c"peer task lost (exited, killed or hung up)",
