@@ -550,7 +550,7 @@ int mca_btl_doorbell_finalize(struct mca_btl_base_module_t *btl)
 static void peer_failed(mca_btl_doorbell_module_t *module, uint32_t task, bool loss, const char *why)
 {
     mca_btl_doorbell_endpoint_t *ep = task < module->npeers_alloc ? module->peers[task] : NULL;
-    char msg[320];
+    char msg[320], lost[96];
 
     if (NULL != ep) {
         if (ep->lost) {
@@ -576,11 +576,17 @@ static void peer_failed(mca_btl_doorbell_module_t *module, uint32_t task, bool l
         return;
     }
 
-    snprintf(msg, sizeof(msg), "btl doorbell: rank %u lost peer task %u (%s)", module->my_task, task,
-             why);
+    /* a rank of this job by its rank; another job's (spawned, connected)
+     * by its process name, since its peer id means nothing to the user */
+    if (NULL != ep && ep->proc->proc_name.jobid != OPAL_PROC_MY_NAME.jobid) {
+        snprintf(lost, sizeof(lost), "process %s of another job", OPAL_NAME_PRINT(ep->proc->proc_name));
+    } else {
+        snprintf(lost, sizeof(lost), "rank %u", task);
+    }
+    snprintf(msg, sizeof(msg), "btl doorbell: rank %u lost peer %s (%s)", module->my_task, lost, why);
     mca_btl_doorbell_show_help(false, "peer-lost",
-                               "rank %u lost contact with rank %u on host %s: %s",
-                               module->my_task, task,
+                               "rank %u lost contact with %s on host %s: %s",
+                               module->my_task, lost,
                                opal_process_info.nodename ? opal_process_info.nodename : "?",
                                why);
     /* The abort below skips btl_finalize, so this rank's segments would stay
