@@ -3,7 +3,8 @@
  *
  * Scenario A (private shm_dir under /dev/shm):
  *   t0 tester (node 1): bad configs, bad address buffers, malformed blobs
- *      (truncated, random, wrong magic, another job's), unknown task, unknown
+ *      (truncated, random, wrong magic), another job's blob (a peer id of its
+ *      own), unknown task, unknown
  *      window, oversize and (size_t)-1 lengths, then strangers sending garbage
  *      and the old protocol's hello (tasks 0, 1, 9999) with forged frames
  *      to every TCP port its process listens on (found via /proc/self/fd and
@@ -421,12 +422,22 @@ static void bad_blobs(doorbell_endpoint *ep, const dbt_peer *peers) {
   memcpy(b, "XXXX", 4);
   dbt_check_rc(doorbell_connect(ep, b, p1->len, &t), DOORBELL_ERR_BAD_ADDRESS,
                "connect with the first 4 bytes of the blob replaced (magic)");
-  /* Another job's blob. */
-  if (dbt_check(foreign->rc == DOORBELL_OK, "the foreign-job task produced a blob"))
-    dbt_check_rc(doorbell_connect(ep, foreign->blob, foreign->len, &t), DOORBELL_ERR_BAD_ADDRESS,
-                 "connect with a blob of another job (foreign)");
+  /* Another job's blob: a peer with an id of its own, not its task id
+   * (two jobs both have a task 2). */
+  if (dbt_check(foreign->rc == DOORBELL_OK, "the foreign-job task produced a blob")) {
+    uint32_t again = 0;
+    t = 12345;
+    int rc1 = doorbell_connect(ep, foreign->blob, foreign->len, &t);
+    int rc2 = doorbell_connect(ep, foreign->blob, foreign->len, &again);
+    dbt_check(rc1 == DOORBELL_OK && rc2 == DOORBELL_OK && t >= DOORBELL_MAX_TASKS &&
+                  t < DOORBELL_MAX_PEERS && again == t,
+              "connect with a blob of another job -> OK, a peer id in [MAX_TASKS, MAX_PEERS), "
+              "the same again (%d %d, %u %u)", rc1, rc2, t, again);
+    dbt_check_rc(doorbell_peer_path(ep, t), DOORBELL_PATH_TCP,
+                 "the other job's task (another node) is reached over TCP");
+  }
   dbt_check_rc(doorbell_peer_path(ep, foreign->task), DOORBELL_ERR_UNKNOWN_TASK,
-               "the rejected foreign task stays unknown (peer_path)");
+               "the other job's task id names no peer here (peer_path)");
   /* And a good one still works, idempotently. */
   t = 12345;
   int rc = doorbell_connect(ep, p1->blob, p1->len, &t);

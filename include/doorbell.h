@@ -37,7 +37,7 @@
 #define DOORBELL_ERR_BAD_LENGTH -4
 
 /*
- Malformed or foreign address blob.
+ Malformed address blob, or another address for a task already connected.
  */
 #define DOORBELL_ERR_BAD_ADDRESS -5
 
@@ -130,6 +130,13 @@
  per call, wake->task); the window takes no more local messages.
  */
 #define DOORBELL_ERR_CORRUPT_RECORD -20
+
+/*
+ An endpoint of another job could not be given a peer id: this
+ endpoint, or that one, met DOORBELL_MAX_PEERS - DOORBELL_MAX_TASKS
+ (1024) endpoints of other jobs already over its life.
+ */
+#define DOORBELL_ERR_TOO_MANY_PEERS -21
 
 /*
  The endpoint's mode (config, or env DOORBELL_WAIT_MODE).
@@ -230,24 +237,33 @@
 #define DOORBELL_MAX_TASKS 16384
 
 /*
+ Largest peer id + 1.  An endpoint calls a task of its own job (the same
+ job key) by its task id, and an endpoint of another job by an id from
+ DOORBELL_MAX_TASKS up that it gives it (doorbell_connect): at most
+ DOORBELL_MAX_PEERS - DOORBELL_MAX_TASKS (1024) of those over its life.
+ */
+#define DOORBELL_MAX_PEERS 17408
+
+/*
  Windows a task may open.
  */
 #define DOORBELL_MAX_WINDOWS 16
 
 /*
  Bytes of a task's control segment before its queues (its header, window
- slots and window 0's 8 fast boxes of 4 KiB).  Creating an
+ slots, window 0's 8 fast boxes of 4 KiB and its table of the other
+ jobs' endpoints that talk to it).  Creating an
  endpoint reserves these plus window 0's queue (DOORBELL_QUEUE_HEADER_BYTES
  + ring_bytes) in the shared-memory directory; each further window
  opened reserves one more queue.  Nothing else grows with the peers
  (bulk buffers for messages over ring_bytes / 4 aside).
  */
-#define DOORBELL_CONTROL_BYTES 40960
+#define DOORBELL_CONTROL_BYTES 49152
 
 /*
  Bytes of a window's inbound queue beyond its ring_bytes.
  */
-#define DOORBELL_QUEUE_HEADER_BYTES 70016
+#define DOORBELL_QUEUE_HEADER_BYTES 74368
 
 #define KIND_ABORT 4
 
@@ -532,9 +548,14 @@ int doorbell_endpoint_destroy(struct doorbell_endpoint *ep);
 int doorbell_address(const struct doorbell_endpoint *ep, uint8_t *buf, size_t *len);
 
 /*
- Register a peer from its blob; `*task_out` gets its task id.  Idempotent;
- connecting to yourself is allowed.  BAD_ADDRESS for a malformed or
- foreign blob.
+ Register a peer from its blob; `*task_out` gets its peer id: its task id
+ if it is of this endpoint's job (the same job key), else an id from
+ DOORBELL_MAX_TASKS up that this endpoint gives the other job's endpoint
+ (MPI's spawn, connect/accept, join).  Idempotent; connecting to yourself
+ is allowed.  BAD_ADDRESS for a malformed blob, or another blob for a
+ task already connected; TOO_MANY_PEERS when this endpoint has no peer
+ id left to give (the first send reports it when the other job's
+ endpoint has none left for this one).
  */
 int doorbell_connect(struct doorbell_endpoint *ep, const uint8_t *blob, size_t len, uint32_t *task_out);
 

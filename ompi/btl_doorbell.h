@@ -106,7 +106,8 @@ typedef struct mca_btl_doorbell_module_t {
     size_t eager_frag_size;
     size_t max_frag_size;
 
-    /* endpoints by core task id; they live until finalize so the verbose
+    /* endpoints by core peer id (a vpid of this job; from DOORBELL_MAX_TASKS
+     * up, another job's proc); they live until finalize so the verbose
      * report can still name every peer's path after del_procs */
     opal_mutex_t lock;
     struct mca_btl_base_endpoint_t **peers;

@@ -364,7 +364,7 @@ static int doorbell_component_register(void)
              "Bytes of payload in each rank's inbound shared-memory queue, which all "
              "same-node senders to the rank share: a power of 2 from 4096 to 1073741824 "
              "(0 = the core's default, 512 KiB).  A rank's shared memory is this plus "
-             "about 108 KiB, whatever the number of ranks",
+             "about 121 KiB, whatever the number of ranks",
              &c->ring_size, OPAL_INFO_LVL_5);
 
     c->shm_dir = NULL;
@@ -372,7 +372,7 @@ static int doorbell_component_register(void)
         &c->super.btl_version, "shm_dir",
         "Directory (an absolute path, ideally a tmpfs) for the shared-memory segments: one "
         "control segment per rank holding its inbound queue (btl_doorbell_ring_size + "
-        "110,976 bytes), reserved when the rank starts, and bulk buffers for messages over a "
+        "123,520 bytes), reserved when the rank starts, and bulk buffers for messages over a "
         "quarter of the queue.  Empty: the DOORBELL_SHM_DIR environment variable, else "
         "/dev/shm.  A rank with no room for its control segment has no doorbell transport",
         MCA_BASE_VAR_TYPE_STRING, NULL, 0, MCA_BASE_VAR_FLAG_SETTABLE, OPAL_INFO_LVL_5,

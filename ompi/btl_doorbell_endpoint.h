@@ -1,4 +1,4 @@
-/* btl_doorbell_endpoint.h -- one per peer process; wraps a core task id. */
+/* btl_doorbell_endpoint.h -- one per peer process; wraps a core peer id. */
 #ifndef MCA_BTL_DOORBELL_ENDPOINT_H
 #define MCA_BTL_DOORBELL_ENDPOINT_H
 
@@ -16,7 +16,7 @@ struct mca_btl_base_endpoint_t {
     opal_list_item_t super;
 
     struct opal_proc_t *proc;
-    uint32_t task;              /* core task id (== proc vpid) */
+    uint32_t task;              /* core peer id (the vpid for this job's procs) */
     int path;                   /* doorbell_peer_path at connect: 1 shm, 2 tcp */
     struct mca_btl_doorbell_module_t *module;  /* the module that reaches it (by path) */
     pid_t pid;                  /* the peer's process id (from its modex) */

@@ -66,13 +66,16 @@ static inline void mca_btl_doorbell_frag_return(mca_btl_doorbell_frag_t *frag)
 }
 
 /* Local completion: callback if the owner asked, then give the descriptor
- * back if the BTL owns it.  Flags are read first: the callback may free. */
+ * back if the BTL owns it.  Flags are read first: the callback may free.
+ * Once btl_finalize runs, the PML that owns the callbacks is closed (its
+ * .so unloaded): the descriptors only go back. */
 static inline void mca_btl_doorbell_frag_complete(mca_btl_doorbell_module_t *module,
                                                   mca_btl_doorbell_frag_t *frag, int status)
 {
     uint32_t flags = frag->base.des_flags;
 
-    if ((flags & MCA_BTL_DES_SEND_ALWAYS_CALLBACK) && NULL != frag->base.des_cbfunc) {
+    if ((flags & MCA_BTL_DES_SEND_ALWAYS_CALLBACK) && NULL != frag->base.des_cbfunc &&
+        !module->main->finalizing) {
         /* ob1 expects the module the descriptor was sent on */
         mca_btl_doorbell_module_t *sent_on = NULL != frag->endpoint ? frag->endpoint->module : module;
         frag->base.des_cbfunc(&sent_on->super, frag->endpoint, &frag->base, status);

@@ -157,8 +157,8 @@ static int ensure_peer_slot(mca_btl_doorbell_module_t *module, uint32_t task)
     while (n <= task) {
         n *= 2;
     }
-    if (n > DOORBELL_MAX_TASKS) {
-        n = DOORBELL_MAX_TASKS;
+    if (n > DOORBELL_MAX_PEERS) {
+        n = DOORBELL_MAX_PEERS;
     }
     grown = realloc(module->peers, n * sizeof(*grown));
     if (NULL == grown) {
@@ -170,9 +170,32 @@ static int ensure_peer_slot(mca_btl_doorbell_module_t *module, uint32_t task)
     return OPAL_SUCCESS;
 }
 
+/* The endpoint made for `proc` already, if any.  The peer table is
+ * indexed by the core's peer id: a proc of this job's is its vpid; one of
+ * another job (spawned, connected, joined) has an id the core gave it, from
+ * DOORBELL_MAX_TASKS up, found by its name. */
+static mca_btl_doorbell_endpoint_t *known_endpoint(mca_btl_doorbell_module_t *main,
+                                                   const struct opal_proc_t *proc)
+{
+    if (proc->proc_name.jobid == OPAL_PROC_MY_NAME.jobid) {
+        return proc->proc_name.vpid < main->npeers_alloc ? main->peers[proc->proc_name.vpid] : NULL;
+    }
+    for (uint32_t t = DOORBELL_MAX_TASKS; t < main->npeers_alloc; ++t) {
+        mca_btl_doorbell_endpoint_t *ep = main->peers[t];
+        if (NULL != ep && 0 == opal_compare_proc(ep->proc->proc_name, proc->proc_name)) {
+            return ep;
+        }
+    }
+    return NULL;
+}
+
 /* Connect one proc: modex blob -> doorbell_connect -> endpoint.  Returns
  * NULL (proc unreachable by this BTL) on any failure, with the reason in
- * the verbose output. */
+ * the verbose output.  A proc of another job is reached like one of ours:
+ * Open MPI hands add_procs the modex entry of the other job's process
+ * (spawn, connect/accept, join), whose address holds that process's own
+ * secret (the core's handshake) and shm token; the core gives it a peer id
+ * of its own. */
 static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *module,
                                                  struct opal_proc_t *proc)
 {
@@ -184,20 +207,12 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
     uint32_t task = UINT32_MAX;
     int rc, path;
     bool ompi_local, core_local, no_room;
+    bool same_job = proc->proc_name.jobid == OPAL_PROC_MY_NAME.jobid;
 
-    if (proc->proc_name.jobid != OPAL_PROC_MY_NAME.jobid) {
-        /* task ids are vpids, unique only within one job */
-        opal_output_verbose(10, c->output, "btl doorbell: %s is in another job; not reachable",
-                            OPAL_NAME_PRINT(proc->proc_name));
+    if (same_job && proc->proc_name.vpid >= DOORBELL_MAX_TASKS) {
         return NULL;
     }
-    if (proc->proc_name.vpid >= DOORBELL_MAX_TASKS) {
-        return NULL;
-    }
-    if (OPAL_SUCCESS != ensure_peer_slot(main, proc->proc_name.vpid)) {
-        return NULL;
-    }
-    ep = main->peers[proc->proc_name.vpid];
+    ep = known_endpoint(main, proc);
     if (NULL != ep) {
         /* a proc we already know (the other module's add_procs, or an
          * earlier call): reachable here only if its path is this module's */
@@ -230,9 +245,15 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
                     OPAL_NAME_PRINT(proc->proc_name), doorbell_error_string(rc), rc);
         return NULL;
     }
-    if (task != proc->proc_name.vpid) {
-        opal_output(0, "btl doorbell: address of %s names task %u; expected %u",
-                    OPAL_NAME_PRINT(proc->proc_name), task, (unsigned) proc->proc_name.vpid);
+    /* another job's proc has a peer id of the core's giving; if the core
+     * took it for one of ours, the two jobs' keys collided */
+    if (same_job ? task != proc->proc_name.vpid : task < DOORBELL_MAX_TASKS) {
+        opal_output(0, "btl doorbell: address of %s gave peer id %u; expected %s %u",
+                    OPAL_NAME_PRINT(proc->proc_name), task, same_job ? "its vpid" : "at least",
+                    same_job ? (unsigned) proc->proc_name.vpid : (unsigned) DOORBELL_MAX_TASKS);
+        return NULL;
+    }
+    if (OPAL_SUCCESS != ensure_peer_slot(main, task)) {
         return NULL;
     }
 
@@ -250,7 +271,7 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
     ompi_local = OPAL_PROC_ON_LOCAL_NODE(proc->proc_flags);
     core_local = (1 == path);
     no_room = c->no_room || (head.flags & MCA_BTL_DOORBELL_MODEX_NO_ROOM);
-    if (ompi_local && proc->proc_name.vpid != OPAL_PROC_MY_NAME.vpid &&
+    if (ompi_local && same_job && task != module->my_task &&
         (head.flags & MCA_BTL_DOORBELL_MODEX_NO_ROOM)) {
         c->roomless_peers++;
     }
@@ -529,7 +550,7 @@ int mca_btl_doorbell_finalize(struct mca_btl_base_module_t *btl)
 static void peer_failed(mca_btl_doorbell_module_t *module, uint32_t task, bool loss, const char *why)
 {
     mca_btl_doorbell_endpoint_t *ep = task < module->npeers_alloc ? module->peers[task] : NULL;
-    char msg[320];
+    char msg[320], lost[96];
 
     if (NULL != ep) {
         if (ep->lost) {
@@ -555,11 +576,17 @@ static void peer_failed(mca_btl_doorbell_module_t *module, uint32_t task, bool l
         return;
     }
 
-    snprintf(msg, sizeof(msg), "btl doorbell: rank %u lost peer task %u (%s)", module->my_task, task,
-             why);
+    /* a rank of this job by its rank; another job's (spawned, connected)
+     * by its process name, since its peer id means nothing to the user */
+    if (NULL != ep && ep->proc->proc_name.jobid != OPAL_PROC_MY_NAME.jobid) {
+        snprintf(lost, sizeof(lost), "process %s of another job", OPAL_NAME_PRINT(ep->proc->proc_name));
+    } else {
+        snprintf(lost, sizeof(lost), "rank %u", task);
+    }
+    snprintf(msg, sizeof(msg), "btl doorbell: rank %u lost peer %s (%s)", module->my_task, lost, why);
     mca_btl_doorbell_show_help(false, "peer-lost",
-                               "rank %u lost contact with rank %u on host %s: %s",
-                               module->my_task, task,
+                               "rank %u lost contact with %s on host %s: %s",
+                               module->my_task, lost,
                                opal_process_info.nodename ? opal_process_info.nodename : "?",
                                why);
     /* The abort below skips btl_finalize, so this rank's segments would stay

@@ -5,7 +5,9 @@
 # package, pip only for a venv that lacks what it should hold.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-# (valgrind: ompi/check.sh counts an empty progress pass's instructions with callgrind)
+# (valgrind: ompi/check.sh counts an empty progress pass's instructions with callgrind;
+#  openmpi-bin also brings ompi-server, which mpi-tests/spawn.sh's connect/accept
+#  between two mpiruns needs, and python3-mpi4py its MPIPoolExecutor run)
 packages=(
     build-essential cmake pkg-config git binutils procps iproute2 util-linux
     openmpi-bin libopenmpi-dev netpipe-openmpi python3-mpi4py python3-numpy python3-matplotlib

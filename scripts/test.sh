@@ -17,8 +17,11 @@
 #      mount namespace
 #   8. force-tcp: force_tcp with a read-only /dev/shm, and MPI_Abort is
 #      not a lost peer (mpi-tests/force_tcp.sh, private mount namespace)
-#   9. soak: 60 s per path of mixed, checked traffic with SIGSTOPped ranks
-#  10. asan: the C tests and the MPI tests under AddressSanitizer (scripts/asan.sh)
+#   9. spawn: dynamic processes -- MPI_Comm_spawn, connect/accept between
+#      two mpiruns, MPI_Comm_join, mpi4py's MPIPoolExecutor -- over shared
+#      memory and force_tcp (mpi-tests/spawn.sh, private mount namespace)
+#  10. soak: 60 s per path of mixed, checked traffic with SIGSTOPped ranks
+#  11. asan: the C tests and the MPI tests under AddressSanitizer (scripts/asan.sh)
 # Prints each suite's figures and a last line "N passed, M failed".
 # SUITES="name ..." runs only those suites (scripts/test-under-load.sh).
 # The counts are doorbell's own results only: a suite that runs another BTL
@@ -89,6 +92,7 @@ suite shm-full mpi-tests/shm_full.sh
 suite shm-squat mpi-tests/shm_squat.sh
 suite pidns-jobs mpi-tests/pidns_jobs.sh
 suite force-tcp mpi-tests/force_tcp.sh
+suite spawn mpi-tests/spawn.sh
 suite soak env SOAK_SECONDS="${SOAK_SECONDS:-60}" mpi-tests/soak.sh
 suite asan scripts/asan.sh
 suite two-node mpi-tests/netns/run.sh

@@ -20,14 +20,14 @@ use crate::endpoint::address::{Address, ADDRESS_BYTES};
 use crate::endpoint::config::Config;
 use crate::endpoint::pending::{Listener, PendingSet, Step};
 use crate::net::frame::{self, FrameHeader, FRAME_HEADER};
-use crate::net::handshake::{self, Nonce, Secret, Transcript, CHALLENGE_BYTES, HELLO_BYTES};
+use crate::net::handshake::{self, Connector, Nonce, Secret, Transcript, CHALLENGE_BYTES, HELLO_BYTES};
 use crate::net::tcp::{Conn, RxBudget, RxEnd, RxEvent};
 use crate::shm::queue::{BulkId, QueueConsumer, QueueProducer, QueueRef, QUEUE_HEADER_BYTES};
 use crate::shm::record::Gather;
 use crate::shm::segment::{bulk_name, Owner, Segment};
 use crate::shm::shared_bytes::SharedBytes;
 use crate::sys::buf_pool::BufPool;
-use crate::sys::limits::MAX_TASKS;
+use crate::sys::limits::{MAX_PEERS, MAX_TASKS};
 use nix::sys::epoll::{Epoll, EpollCreateFlags};
 use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -171,7 +171,7 @@ pub fn handshake(data: &[u8]) {
     let verified = stream.get(..HELLO_BYTES).and_then(|h| {
         let h: &[u8; HELLO_BYTES] = h.try_into().unwrap();
         handshake::verify_hello(h, &KEY, JOB_HASH, LISTENER, &NONCE_L, MAX_TASKS).inspect(|t| {
-            assert!(t.connector < MAX_TASKS);
+            assert!(t.connector.task < MAX_TASKS && t.connector.key != 0);
             assert_eq!(&t.hello(&KEY), h, "an accepted hello is the one the connector would send");
         })
     });
@@ -308,7 +308,7 @@ pub fn queue(data: &[u8]) -> usize {
     let mut got: Vec<(usize, usize)> = vec![];
     for _ in 0..4 {
         let mut deliver = |src: u32, _tag: u8, d: SharedBytes<'_>| {
-            assert!(src < MAX_TASKS, "a sender task past MAX_TASKS");
+            assert!(src < MAX_PEERS, "a sender past MAX_PEERS");
             // Copy every byte: a message past a mapping faults here.
             std::hint::black_box(d.to_vec().iter().fold(0u8, |a, &b| a ^ b));
             got.push((d.as_ptr() as usize, d.len()));
@@ -317,7 +317,7 @@ pub fn queue(data: &[u8]) -> usize {
             break;
         }
     }
-    c.take_waiting(&mut |t| assert!(t < MAX_TASKS));
+    c.take_waiting(&mut |t| assert!(t < MAX_PEERS));
     let inside = |(p, n): (usize, usize), (lo, hi): (usize, usize)| p >= lo && p + n <= hi;
     let overlaps = |(p, n): (usize, usize), (lo, hi): (usize, usize)| p < hi && p + n > lo;
     let (maps, allowed) = c.fuzz_ranges();
@@ -379,7 +379,8 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let mut garbage = msg(5, 1, 65).to_vec();
     garbage.extend_from_slice(b"hello");
     garbage.extend_from_slice(&msg(5, 16, 65));
-    let t = Transcript { job_hash: JOB_HASH, listener: LISTENER, connector: 3, nonce_l: NONCE_L, nonce_c: [7; 16] };
+    let who = Connector { job_hash: JOB_HASH, task: 3, key: 0x5eed };
+    let t = Transcript { listener_job: JOB_HASH, listener: LISTENER, connector: who, nonce_l: NONCE_L, nonce_c: [7; 16] };
     let hello = t.hello(&KEY);
     let wrong_key = t.hello(&[0x5b; 16]);
     let a = Address {

@@ -43,7 +43,7 @@ pub fn fi_err(e: doorbell::Error) -> i32 {
         E::InvalidArgument | E::UnknownWindow | E::UnknownTask | E::BadAddress => FI_EINVAL,
         E::PeerLost | E::Corrupt(_) => FI_ECONNRESET,
         E::TimedOut => FI_ETIMEDOUT,
-        E::NoShmSpace => FI_ENOSPC,
+        E::NoShmSpace | E::TooManyPeers => FI_ENOSPC,
         E::Network | E::NoInterface => FI_EHOSTUNREACH,
         E::InUse => FI_EBUSY,
         E::BufferTooSmall => FI_ETOOSMALL as i32,

@@ -17,7 +17,7 @@ use crate::net::remote_read::{ReadDone, ReadDst};
 use crate::shm::shared_bytes::SharedBytes;
 pub use crate::sys::counters::doorbell_counters;
 use crate::sys::error::{Corrupt, Error, ALL};
-use crate::sys::limits::{MAX_TASKS, MAX_WINDOWS};
+use crate::sys::limits::{MAX_PEERS, MAX_TASKS, MAX_WINDOWS};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -31,7 +31,7 @@ pub const DOORBELL_ERR_UNKNOWN_WINDOW: c_int = -2;
 pub const DOORBELL_ERR_UNKNOWN_TASK: c_int = -3;
 /// Length larger than max_message (including (size_t)-1).
 pub const DOORBELL_ERR_BAD_LENGTH: c_int = -4;
-/// Malformed or foreign address blob.
+/// Malformed address blob, or another address for a task already connected.
 pub const DOORBELL_ERR_BAD_ADDRESS: c_int = -5;
 /// Send backlog full: progress, then retry.
 pub const DOORBELL_ERR_WOULD_BLOCK: c_int = -6;
@@ -78,6 +78,10 @@ pub const DOORBELL_ERR_CORRUPT_FAST_BOX: c_int = -19;
 /// Every local task that sent to that window is dropped and reported (one
 /// per call, wake->task); the window takes no more local messages.
 pub const DOORBELL_ERR_CORRUPT_RECORD: c_int = -20;
+/// An endpoint of another job could not be given a peer id: this
+/// endpoint, or that one, met DOORBELL_MAX_PEERS - DOORBELL_MAX_TASKS
+/// (1024) endpoints of other jobs already over its life.
+pub const DOORBELL_ERR_TOO_MANY_PEERS: c_int = -21;
 
 /// The endpoint's mode (config, or env DOORBELL_WAIT_MODE).
 pub const DOORBELL_WAIT_DEFAULT: u32 = 0;
@@ -130,21 +134,27 @@ pub const DOORBELL_SPIN_YIELDS: u32 = 1;
 pub const DOORBELL_ADDRESS_MAX: usize = 64;
 /// Largest task id + 1.
 pub const DOORBELL_MAX_TASKS: u32 = 16384;
+/// Largest peer id + 1.  An endpoint calls a task of its own job (the same
+/// job key) by its task id, and an endpoint of another job by an id from
+/// DOORBELL_MAX_TASKS up that it gives it (doorbell_connect): at most
+/// DOORBELL_MAX_PEERS - DOORBELL_MAX_TASKS (1024) of those over its life.
+pub const DOORBELL_MAX_PEERS: u32 = 17408;
 /// Windows a task may open.
 pub const DOORBELL_MAX_WINDOWS: u32 = 16;
 
-const _: () = assert!(DOORBELL_ADDRESS_MAX == ADDRESS_MAX && DOORBELL_MAX_TASKS == MAX_TASKS);
+const _: () = assert!(DOORBELL_ADDRESS_MAX == ADDRESS_MAX && DOORBELL_MAX_TASKS == MAX_TASKS && DOORBELL_MAX_PEERS == MAX_PEERS);
 const _: () = assert!(DOORBELL_MAX_WINDOWS == MAX_WINDOWS);
 
 /// Bytes of a task's control segment before its queues (its header, window
-/// slots and window 0's 8 fast boxes of 4 KiB).  Creating an
-/// endpoint reserves these plus window 0's queue (DOORBELL_QUEUE_HEADER_BYTES
-/// + ring_bytes) in the shared-memory directory; each further window
-/// opened reserves one more queue.  Nothing else grows with the peers
-/// (bulk buffers for messages over ring_bytes / 4 aside).
-pub const DOORBELL_CONTROL_BYTES: usize = 40960;
+/// slots, window 0's 8 fast boxes of 4 KiB and its table of the other
+/// jobs' endpoints that talk to it).  Creating an endpoint reserves these
+/// plus window 0's queue (DOORBELL_QUEUE_HEADER_BYTES plus ring_bytes) in
+/// the shared-memory directory; each further window opened reserves one
+/// more queue.  Nothing else grows with the peers (bulk buffers for
+/// messages over ring_bytes / 4 aside).
+pub const DOORBELL_CONTROL_BYTES: usize = 49152;
 /// Bytes of a window's inbound queue beyond its ring_bytes.
-pub const DOORBELL_QUEUE_HEADER_BYTES: usize = 70016;
+pub const DOORBELL_QUEUE_HEADER_BYTES: usize = 74368;
 
 const _: () = assert!(DOORBELL_CONTROL_BYTES == crate::shm::control::CONTROL_BYTES);
 const _: () = assert!(DOORBELL_QUEUE_HEADER_BYTES == crate::shm::queue::QUEUE_HEADER_BYTES);
@@ -268,6 +278,7 @@ impl From<Error> for c_int {
             Error::ShmRefused => DOORBELL_ERR_SHM_REFUSED,
             Error::InUse => DOORBELL_ERR_IN_USE,
             Error::FlihFailed => DOORBELL_ERR_FLIH_FAILED,
+            Error::TooManyPeers => DOORBELL_ERR_TOO_MANY_PEERS,
             Error::Corrupt(Corrupt::QueueHeader) => DOORBELL_ERR_CORRUPT_QUEUE_HEADER,
             Error::Corrupt(Corrupt::FastBox) => DOORBELL_ERR_CORRUPT_FAST_BOX,
             Error::Corrupt(Corrupt::Record) => DOORBELL_ERR_CORRUPT_RECORD,
@@ -449,9 +460,14 @@ pub unsafe extern "C" fn doorbell_address(ep: *const doorbell_endpoint, buf: *mu
     })
 }
 
-/// Register a peer from its blob; `*task_out` gets its task id.  Idempotent;
-/// connecting to yourself is allowed.  BAD_ADDRESS for a malformed or
-/// foreign blob.
+/// Register a peer from its blob; `*task_out` gets its peer id: its task id
+/// if it is of this endpoint's job (the same job key), else an id from
+/// DOORBELL_MAX_TASKS up that this endpoint gives the other job's endpoint
+/// (MPI's spawn, connect/accept, join).  Idempotent; connecting to yourself
+/// is allowed.  BAD_ADDRESS for a malformed blob, or another blob for a
+/// task already connected; TOO_MANY_PEERS when this endpoint has no peer
+/// id left to give (the first send reports it when the other job's
+/// endpoint has none left for this one).
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_connect(ep: *mut doorbell_endpoint, blob: *const u8, len: usize, task_out: *mut u32) -> c_int {
     guard(|| {

@@ -12,7 +12,8 @@
 //! No flag is defined yet: a blob with one set is refused.
 //!
 //! The secret keys the TCP handshake (handshake.rs): hand a blob only to
-//! the job's tasks.  The shm token names the task's shared-memory files
+//! the tasks that may talk to this one (its job's, and those of the jobs
+//! MPI connects it to).  The shm token names the task's shared-memory files
 //! (segment.rs); 0: it has none, reach it over TCP.
 
 use crate::net::handshake::Secret;
@@ -42,6 +43,20 @@ pub struct Address {
 }
 
 impl Address {
+    /// What names this endpoint in the guest table of an endpoint of
+    /// another job (control.rs, peer ids): its shm token (random, drawn
+    /// at create), or, without shared memory, a hash of the whole blob
+    /// (its random secret with it).  Never 0.  The endpoint and its
+    /// peers compute it from the same blob.
+    pub fn key(&self) -> u64 {
+        use sha2::{Digest, Sha256};
+        if self.shm_token != 0 {
+            return self.shm_token;
+        }
+        let h = Sha256::digest(self.encode());
+        u64::from_le_bytes(h[..8].try_into().unwrap()).max(1)
+    }
+
     pub fn encode(&self) -> [u8; ADDRESS_BYTES] {
         let mut b = [0u8; ADDRESS_BYTES];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -117,5 +132,23 @@ mod tests {
         let mut windowed = b;
         windowed[ADDRESS_WINDOW].copy_from_slice(&0xfffeu16.to_le_bytes());
         assert_eq!(Address::decode(&windowed), Ok(a), "a frontend's window is not the core's");
+    }
+
+    #[test]
+    fn the_key_is_the_token_or_a_hash_of_the_blob() {
+        let a = Address {
+            task: 7,
+            pid: 1234,
+            node_id: 42,
+            job_hash: 99,
+            tcp: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 5000),
+            secret: [0x5a; 16],
+            shm_token: 0x0123_4567_89ab_cdef,
+        };
+        assert_eq!(a.key(), a.shm_token);
+        let tcp_only = Address { shm_token: 0, ..a };
+        let other = Address { secret: [0x5b; 16], ..tcp_only };
+        assert!(tcp_only.key() != 0 && tcp_only.key() != other.key(), "another secret, another key");
+        assert_eq!(tcp_only.key(), Address::decode(&tcp_only.encode()).unwrap().key());
     }
 }

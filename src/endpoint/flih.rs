@@ -236,6 +236,11 @@ fn finish_handshake(inner: &Inner, step: Step) {
         Step::Stranger(p) => reject(inner, p),
         Step::Greeted(p, t) => {
             inner.flih.unwatch(&p.stream);
+            let Some(id) = inner.connector_id(&t.connector) else {
+                // An endpoint of another job when our guest table is full:
+                // its connect fails (no ack), and its sends report it.
+                return;
+            };
             // A peer on another node that dies with its host is seen by
             // keepalive, on the connections it accepted too.
             let _ = crate::net::congestion::keepalive(&p.stream);
@@ -245,7 +250,7 @@ fn finish_handshake(inner: &Inner, step: Step) {
                 return;
             }
             let set = inner.tcp.conn_set().clone();
-            let Ok(conn) = Conn::new(p.stream, inner.new_token(), t.connector, inner.buf_pool.clone(), set) else { return };
+            let Ok(conn) = Conn::new(p.stream, inner.new_token(), id, inner.buf_pool.clone(), set) else { return };
             inner.accept_conn(Arc::new(conn));
         }
     }

@@ -6,6 +6,14 @@
 //! side (path/shm.rs `ShmSide`), the TCP side (path/tcp.rs `TcpSide`), the
 //! peers (peers.rs `Peers`) and the event thread (flih.rs `Flih`).
 //! Waiting is in wait.rs, the look for work in work_check.rs.
+//!
+//! Peers are known by their *peer id*, local to the endpoint: a task of
+//! its own job (the same job key) by its task id, below MAX_TASKS; an
+//! endpoint of another job (MPI's spawn, connect/accept, join) by
+//! MAX_TASKS + its slot in this endpoint's guest table (control.rs), which
+//! both sides find from the guest's key without a message.  Two jobs both
+//! have a task 0: task ids alone would mix them up.  The API's `task`
+//! arguments and callbacks are peer ids.
 
 pub(crate) mod address;
 pub(crate) mod config;
@@ -479,6 +487,11 @@ impl Inner {
     pub(crate) fn stem(&self) -> Option<String> {
         let token = self.control.token();
         (token != 0).then(|| crate::shm::segment::stem(&self.cfg.job, token))
+    }
+
+    /// Who we are in a hello (handshake.rs).
+    pub(crate) fn as_connector(&self) -> crate::net::handshake::Connector {
+        crate::net::handshake::Connector { job_hash: self.job_hash, task: self.cfg.task, key: self.me.key() }
     }
 
     pub(crate) fn check_window(&self, window: u32) -> Result<()> {

@@ -12,7 +12,7 @@ use crate::shm::fbox::BoxTx;
 use crate::shm::queue::QueueWriter;
 use crate::sys::counters::{bump, GuardedCount};
 use crate::sys::error::{Corrupt, Error, Result};
-use crate::sys::limits::MAX_WINDOWS;
+use crate::sys::limits::{MAX_TASKS, MAX_WINDOWS};
 use crate::sys::sync::lock;
 use crate::sys;
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -39,7 +39,12 @@ pub(crate) struct Peer {
     /// to remove.
     pub(crate) corrupt: AtomicBool,
     pub(crate) direct_sends: AtomicU32,
+    /// Its peer id here (mod.rs): its task if it is of our job.
     pub(crate) task: u32,
+    /// Our peer id at it, by which its queues know our records and
+    /// bits (queue.rs): our task if it is of our job, else our guest slot
+    /// in its control segment, claimed when that is mapped (control.rs).
+    pub(crate) src: OnceLock<u32>,
     /// The peer's control segment (local peers): its bells and windows.
     pub(crate) control: OnceLock<Control>,
     /// The shared part of each window's producer in `tx`, set when that
@@ -116,11 +121,13 @@ impl Peers {
 }
 
 impl Inner {
-    /// The peer record for `task`, made if it first shows up as a sender.
-    /// `task` < MAX_TASKS (addresses, hellos and ring bitmaps guarantee it).
+    /// The peer record for peer id `task`, made if it first shows up as a
+    /// sender.  `task` < MAX_PEERS (addresses, hellos, guest tables and
+    /// ring bitmaps guarantee it).
     pub(crate) fn peer_or_insert(&self, task: u32, local: bool, addr: Option<Address>) -> &Arc<Peer> {
         self.peers.table.get_or_insert_with(task, || Peer {
             task,
+            src: if task < MAX_TASKS { OnceLock::from(self.cfg.task) } else { OnceLock::new() },
             addr: addr.map(OnceLock::from).unwrap_or_default(),
             local,
             control: OnceLock::new(),
@@ -142,16 +149,23 @@ impl Inner {
         })
     }
 
+    /// Register the peer whose address is `blob`; its peer id.  A task of
+    /// our job keeps its task id; an endpoint of another job (an MPI job
+    /// spawned by ours or connected to it) gets the id of its key in our
+    /// guest table (control.rs): the id it finds there itself when it
+    /// sends to us, or says hello.
     pub(crate) fn connect(&self, blob: &[u8]) -> Result<u32> {
         let a = Address::decode(blob)?;
-        if a.job_hash != self.job_hash {
-            return Err(Error::BadAddress);
-        }
+        let id = if a.job_hash == self.job_hash {
+            a.task
+        } else {
+            self.control.guest_id(a.key(), true).ok_or(Error::TooManyPeers)?
+        };
         // Shared memory needs both sides to have it (a task without it
         // publishes token 0: force_tcp, or no room for its control segment).
         let same_node = a.node_id == self.cfg.node_id;
         let local = same_node && self.control.token() != 0 && a.shm_token != 0;
-        let p = self.peer_or_insert(a.task, local, Some(a));
+        let p = self.peer_or_insert(id, local, Some(a));
         let addressed_now = p.addr.set(a).is_ok();
         // A same-node peer known so far only by its hello (it reached us
         // over TCP) stays on TCP, which also keeps the order of anything
@@ -161,10 +175,10 @@ impl Inner {
             // The same task id with another address: a mix-up in the caller.
             return Err(Error::BadAddress);
         }
-        if same_node && a.task != self.cfg.task {
+        if same_node && id != self.cfg.task {
             self.watch_pid(p, a.pid);
         }
-        if same_node && a.shm_token != 0 && a.task != self.cfg.task {
+        if same_node && a.shm_token != 0 && id != self.cfg.task {
             // Map its control segment now, not at the first send: its
             // owner removes the name once its peers have (control.rs), and
             // its closed flag tells an orderly exit from a death even if we
@@ -175,7 +189,18 @@ impl Inner {
         }
         let path = if p.local { super::spin::SHM_PEERS } else { super::spin::TCP_PEERS };
         self.connected_paths.fetch_or(path, Ordering::Relaxed);
-        Ok(a.task)
+        Ok(id)
+    }
+
+    /// The peer id of a connector that passed the handshake (pending.rs):
+    /// its task if it is of our job, else its key's guest slot, claimed
+    /// now if it is new (its address may reach us later: `connect` finds
+    /// the same slot).  None: the guest table is full.
+    pub(crate) fn connector_id(&self, c: &crate::net::handshake::Connector) -> Option<u32> {
+        if c.job_hash == self.job_hash {
+            return Some(c.task);
+        }
+        self.control.guest_id(c.key, true)
     }
 
     /// Put a same-host peer's pidfd in the FLIH's epoll set: its exit wakes us.
@@ -247,11 +272,16 @@ impl Inner {
         let pid = Some(p.pid.load(Ordering::Acquire)).filter(|&pid| pid != 0);
         let (dir, job, me) = (&self.cfg.shm_dir, &self.cfg.job, self.cfg.task);
         let opened = match (p.addr.get(), pid) {
-            (Some(a), _) if a.shm_token != 0 => Control::open(dir, job, a.shm_token, p.task, me, pid),
             // It has no shared memory.
-            (Some(_), _) => Err(Error::Shm),
+            (Some(a), _) if a.shm_token == 0 => Err(Error::Shm),
+            // Of another job: its files are named after that job's key,
+            // which we do not know; its process holds the segment.
+            (Some(a), _) if p.task >= MAX_TASKS => Control::open_foreign(dir, a.shm_token, Some(a.task), a.pid),
+            (Some(a), _) => Control::open(dir, job, a.shm_token, p.task, me, pid),
             // Seen in our queue before we had its address: its token is in
-            // the name of the control segment its process holds.
+            // the name of the control segment its process holds (another
+            // job's: its token is its key, in our guest table).
+            (None, Some(pid)) if p.task >= MAX_TASKS => Control::open_foreign(dir, self.control.guest_key(p.task), None, pid),
             (None, Some(pid)) => Control::open_of_process(dir, job, p.task, me, pid),
             (None, None) => Err(Error::Shm),
         };
@@ -265,6 +295,12 @@ impl Inner {
                 Error::Shm
             }
         })?;
+        if p.src.get().is_none() {
+            // Of another job: our id in its queues is our slot in its
+            // guest table, which it finds there too (control.rs).
+            let id = c.guest_id(self.me.key(), true).ok_or(Error::TooManyPeers)?;
+            let _ = p.src.set(id);
+        }
         Ok(p.control.get_or_init(|| c))
     }
 
@@ -331,8 +367,14 @@ impl Inner {
     fn remove_files_of(&self, p: &Peer, task: u32) {
         let dir = &self.cfg.shm_dir;
         let token = p.control.get().map(Control::token).or(p.addr.get().map(|a| a.shm_token)).unwrap_or(0);
-        if token != 0 && token != self.control.token() {
-            crate::shm::segment::unlink_endpoint_files(dir, &crate::shm::segment::stem(&self.cfg.job, token), task);
+        // Its files carry its job's key and its own task: a peer of
+        // another job's are known only from its mapped segment's name.
+        let named = match p.control.get().and_then(Control::job_and_task) {
+            Some(named) => Some(named),
+            None => (task < MAX_TASKS).then(|| (self.cfg.job.clone(), task)),
+        };
+        if let Some((job, owner)) = named.filter(|_| token != 0 && token != self.control.token()) {
+            crate::shm::segment::unlink_endpoint_files(dir, &crate::shm::segment::stem(&job, token), owner);
         }
         if let Some(stem) = self.stem() {
             crate::shm::segment::unlink_inbound_from(dir, &stem, task);

@@ -10,6 +10,8 @@
 //! HELLO_DEADLINE after it was accepted.
 
 use crate::net::handshake::{self, Nonce, Secret, Transcript, HELLO_BYTES};
+#[cfg(test)]
+use crate::net::handshake::Connector;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
 use std::net::TcpStream;
@@ -31,7 +33,8 @@ pub(crate) struct Pending {
 pub(crate) enum Step {
     /// Waiting for more of the hello.
     More,
-    /// A valid hello: the connection belongs to `t.connector`.
+    /// A valid hello: the connection belongs to `t.connector` (its job,
+    /// task and key).
     Greeted(Pending, Transcript),
     /// Closed, garbage, or a hello that fails the check: drop it.
     Stranger(Pending),
@@ -208,7 +211,8 @@ mod tests {
         let mut set = PendingSet::default();
         let (mut c, s) = pair(&l);
         assert!(set.insert(20, s, [1; 16], 0).is_none());
-        let t = Transcript { job_hash: 5, listener: 0, connector: 3, nonce_l: [1; 16], nonce_c: [2; 16] };
+        let who = Connector { job_hash: 5, task: 3, key: 11 };
+        let t = Transcript { listener_job: 5, listener: 0, connector: who, nonce_l: [1; 16], nonce_c: [2; 16] };
         use std::io::Write;
         let hello = t.hello(&key);
         c.write_all(&hello[..10]).unwrap();
@@ -218,7 +222,7 @@ mod tests {
         c.write_all(b"frame").unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
         let Step::Greeted(p, t) = set.readable(20, &me) else { panic!("a valid hello") };
-        assert_eq!(t.connector, 3);
+        assert_eq!(t.connector, who);
         let mut rest = [0u8; 5];
         (&p.stream).read_exact(&mut rest).unwrap();
         assert_eq!(&rest, b"frame", "the bytes after the hello stay in the socket");
@@ -240,7 +244,8 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let key = [7u8; 16];
         let me = Listener { secret: &key, job_hash: 5, task: 0, max_tasks: 10 };
-        let t = Transcript { job_hash: 5, listener: 0, connector: 3, nonce_l: [1; 16], nonce_c: [2; 16] };
+        let who = Connector { job_hash: 5, task: 3, key: 11 };
+        let t = Transcript { listener_job: 5, listener: 0, connector: who, nonce_l: [1; 16], nonce_c: [2; 16] };
         let mut set = PendingSet::default();
         let (mut real, s) = pair(&l);
         assert!(set.insert(1, s, [1; 16], 0).is_none());
@@ -252,7 +257,7 @@ mod tests {
         assert!(set.insert(3, s, [1; 16], 0).is_none());
         std::thread::sleep(std::time::Duration::from_millis(20));
         let steps: Vec<Step> = set.expired(u64::MAX).into_iter().map(|p| p.last_look(&me)).collect();
-        assert!(matches!(&steps[..], [Step::Greeted(_, t), Step::Stranger(_), Step::Stranger(_)] if t.connector == 3));
+        assert!(matches!(&steps[..], [Step::Greeted(_, t), Step::Stranger(_), Step::Stranger(_)] if t.connector.task == 3));
 
         let (mut real, s) = pair(&l);
         assert!(set.insert(10, s, [1; 16], 0).is_none());

@@ -1,4 +1,5 @@
-//! An insert-only map from task id to a record, read on every send.
+//! An insert-only map from peer id (endpoint/mod.rs) to a record, read on
+//! every send.
 //!
 //! A lookup is one `OnceLock` load for tasks below `CHUNK` (two above)
 //! and takes no lock: a read-write lock costs two locked instructions per
@@ -9,12 +10,12 @@
 //! `CHUNK` entries, made on the first insert in them (the first chunk with
 //! the table).
 
-use crate::sys::limits::MAX_TASKS;
+use crate::sys::limits::MAX_PEERS;
 use crate::sys::sync::lock;
 use std::sync::{Arc, Mutex, OnceLock};
 
 const CHUNK: usize = 128;
-const CHUNKS: usize = (MAX_TASKS as usize).div_ceil(CHUNK);
+const CHUNKS: usize = (MAX_PEERS as usize).div_ceil(CHUNK);
 
 type Chunk<T> = Box<[OnceLock<Arc<T>>]>;
 
@@ -55,7 +56,7 @@ impl<T> TaskTable<T> {
 
     /// The record of `task`, made by `make` if there is none yet (exactly
     /// one `make` wins a race; the others' results are not built).
-    /// `task` must be below MAX_TASKS (callers validate task ids first).
+    /// `task` must be below MAX_PEERS (callers validate peer ids first).
     pub fn get_or_insert_with(&self, task: u32, make: impl FnOnce() -> T) -> &Arc<T> {
         let t = task as usize;
         let chunk = if t < CHUNK {
@@ -87,9 +88,9 @@ mod tests {
         assert_eq!(**t.get_or_insert_with(5, || 50), 50);
         // A second insert keeps the first record.
         assert_eq!(**t.get_or_insert_with(5, || 51), 50);
-        assert_eq!(**t.get_or_insert_with(MAX_TASKS - 1, || 7), 7);
+        assert_eq!(**t.get_or_insert_with(MAX_PEERS - 1, || 7), 7);
         assert_eq!(t.get(5).map(|v| **v), Some(50));
-        assert!(t.get(4).is_none() && t.get(MAX_TASKS).is_none() && t.get(u32::MAX).is_none());
+        assert!(t.get(4).is_none() && t.get(MAX_PEERS).is_none() && t.get(u32::MAX).is_none());
         let mut all: Vec<u32> = t.snapshot().iter().map(|v| **v).collect();
         all.sort();
         assert_eq!(all, vec![7, 50]);

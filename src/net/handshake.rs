@@ -2,23 +2,31 @@
 //!
 //! Every endpoint draws a 128-bit secret from the OS RNG at creation and
 //! publishes it in its address blob (address.rs).  The blob reaches only the
-//! tasks of the job (Open MPI's modex; the C API's caller), so knowing a
-//! listener's secret is what makes a connector one of the job's tasks.
+//! tasks that may talk to it -- its job's, through Open MPI's modex, and
+//! those of the jobs MPI connects it to (spawn, connect/accept, join), to
+//! which MPI hands the same modex entry; the C API's caller otherwise -- so
+//! knowing a listener's secret is what lets a connector in.
 //! A per-endpoint secret proves exactly what one secret per job would
-//! (every task holds every blob), and needs no agreement between ranks.
+//! (every task holds every blob), and needs no agreement between ranks,
+//! nor between jobs: each job keeps its own.
 //!
 //! ```text
 //! listener -> connector  challenge (32 B): "DOORBELL" | version u32 | listener task u32 | nonce_l [16]
-//! connector -> listener  hello     (64 B): "DOORBELL" | version u32 | connector task u32 | nonce_c [16] | mac [32]
+//! connector -> listener  hello     (80 B): "DOORBELL" | version u32 | connector task u32 | nonce_c [16]
+//!                                          | connector job_hash u64 | connector key u64 | mac [32]
 //! listener -> connector  ack       (32 B): mac'
-//! mac  = HMAC-SHA256(listener secret, "doorbell-hello" | job_hash | listener | connector | nonce_l | nonce_c)
+//! mac  = HMAC-SHA256(listener secret, "doorbell-hello" | listener job_hash | listener task
+//!                    | connector job_hash | connector task | connector key | nonce_l | nonce_c)
 //! mac' = the same with "doorbell-ack"
 //! ```
 //!
-//! The secret never crosses the wire.  The MAC covers both tasks and both
-//! fresh nonces, so a hello is good for one connection to one listener as
-//! one task: it cannot be replayed, or re-targeted at another task.  The
-//! ack proves the listener is the owner of the blob the connector used.
+//! The secret never crosses the wire.  The MAC covers both ends' identity
+//! and both fresh nonces, so a hello is good for one connection to one
+//! listener as one task: it cannot be replayed, or re-targeted at another
+//! task.  The connector's job and key (address.rs `Address::key`) tell the
+//! listener which peer it is: a task of its own job, or an endpoint of
+//! another job, known by its key (control.rs, peer ids).  The ack proves
+//! the listener is the owner of the blob the connector used.
 //! Frames follow the ack unauthenticated (frame.rs): the fast path is not
 //! touched, and, as with Open MPI's btl tcp, someone who can inject into an
 //! established TCP stream is outside what this defends against.
@@ -32,11 +40,12 @@ use std::time::Duration;
 pub(crate) const SECRET_BYTES: usize = 16;
 pub(crate) const NONCE_BYTES: usize = 16;
 pub(crate) const CHALLENGE_BYTES: usize = 32;
-pub(crate) const HELLO_BYTES: usize = 64;
+pub(crate) const HELLO_BYTES: usize = 80;
 pub(crate) const ACK_BYTES: usize = 32;
 const MAGIC: &[u8; 8] = b"DOORBELL";
-/// 1 was the unauthenticated hello (an FNV hash of the job key).
-const VERSION: u32 = 2;
+/// 1 was the unauthenticated hello (an FNV hash of the job key), 2 the
+/// hello without the connector's job and key (one job only).
+const VERSION: u32 = 3;
 
 pub(crate) type Secret = [u8; SECRET_BYTES];
 pub(crate) type Nonce = [u8; NONCE_BYTES];
@@ -58,11 +67,19 @@ pub(crate) fn parse_challenge(b: &[u8; CHALLENGE_BYTES]) -> Option<(u32, Nonce)>
     ok.then(|| (u32::from_le_bytes(b[12..16].try_into().unwrap()), b[16..32].try_into().unwrap()))
 }
 
+/// Who a connector is: its job's hash, its task there, its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Connector {
+    pub job_hash: u64,
+    pub task: u32,
+    pub key: u64,
+}
+
 /// What both sides of one handshake know once the hello is sent.
 pub(crate) struct Transcript {
-    pub job_hash: u64,
+    pub listener_job: u64,
     pub listener: u32,
-    pub connector: u32,
+    pub connector: Connector,
     pub nonce_l: Nonce,
     pub nonce_c: Nonce,
 }
@@ -71,9 +88,11 @@ impl Transcript {
     fn mac(&self, key: &Secret, label: &[u8]) -> Hmac<Sha256> {
         let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
         m.update(label);
-        m.update(&self.job_hash.to_le_bytes());
+        m.update(&self.listener_job.to_le_bytes());
         m.update(&self.listener.to_le_bytes());
-        m.update(&self.connector.to_le_bytes());
+        m.update(&self.connector.job_hash.to_le_bytes());
+        m.update(&self.connector.task.to_le_bytes());
+        m.update(&self.connector.key.to_le_bytes());
         m.update(&self.nonce_l);
         m.update(&self.nonce_c);
         m
@@ -84,9 +103,11 @@ impl Transcript {
         let mut b = [0u8; HELLO_BYTES];
         b[0..8].copy_from_slice(MAGIC);
         b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&self.connector.to_le_bytes());
+        b[12..16].copy_from_slice(&self.connector.task.to_le_bytes());
         b[16..32].copy_from_slice(&self.nonce_c);
-        b[32..64].copy_from_slice(&self.mac(key, b"doorbell-hello").finalize().into_bytes());
+        b[32..40].copy_from_slice(&self.connector.job_hash.to_le_bytes());
+        b[40..48].copy_from_slice(&self.connector.key.to_le_bytes());
+        b[48..80].copy_from_slice(&self.mac(key, b"doorbell-hello").finalize().into_bytes());
         b
     }
 
@@ -109,7 +130,7 @@ pub(crate) fn hello_prefix_ok(b: &[u8]) -> bool {
     b[..n] == head[..n]
 }
 
-/// The listener's check of a hello: the connector's task if the hello is
+/// The listener's check of a hello: who the connector is if the hello is
 /// one only a holder of `key` could have made for this challenge.
 pub(crate) fn verify_hello(
     b: &[u8; HELLO_BYTES],
@@ -122,12 +143,13 @@ pub(crate) fn verify_hello(
     if &b[0..8] != MAGIC || u32::from_le_bytes(b[8..12].try_into().unwrap()) != VERSION {
         return None;
     }
-    let connector = u32::from_le_bytes(b[12..16].try_into().unwrap());
-    if connector >= max_tasks {
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+    let connector = Connector { task: u32::from_le_bytes(b[12..16].try_into().unwrap()), job_hash: u64_at(32), key: u64_at(40) };
+    if connector.task >= max_tasks || connector.key == 0 {
         return None;
     }
-    let t = Transcript { job_hash, listener, connector, nonce_l: *nonce_l, nonce_c: b[16..32].try_into().unwrap() };
-    t.mac(key, b"doorbell-hello").verify_slice(&b[32..64]).is_ok().then_some(t)
+    let t = Transcript { listener_job: job_hash, listener, connector, nonce_l: *nonce_l, nonce_c: b[16..32].try_into().unwrap() };
+    t.mac(key, b"doorbell-hello").verify_slice(&b[48..80]).is_ok().then_some(t)
 }
 
 /// How long a connector waits at most for the challenge, and then for the
@@ -137,7 +159,8 @@ pub(crate) fn verify_hello(
 pub(crate) const CONNECT_STEP: Duration = Duration::from_secs(1);
 
 /// The connector's side, on a fresh blocking stream to `listener` (the
-/// task its blob names): read the challenge, send the hello, check the ack.
+/// task its blob names, of the job `listener_job`): read the challenge,
+/// send the hello as `me`, check the ack.
 /// Only the listener's FLIH answers, never its application threads, so a
 /// listener busy computing still completes this at once.  While an answer
 /// is missing, `patience` is asked every `step`: true waits on (the
@@ -152,8 +175,8 @@ pub(crate) const CONNECT_STEP: Duration = Duration::from_secs(1);
 /// it (the listener closed, or its process died).
 pub(crate) fn greet(
     s: &mut TcpStream,
-    job_hash: u64,
-    me: u32,
+    me: Connector,
+    listener_job: u64,
     listener: u32,
     key: &Secret,
     step: Duration,
@@ -168,7 +191,7 @@ pub(crate) fn greet(
     if task != listener {
         return Err(bad("the listener is another task"));
     }
-    let t = Transcript { job_hash, listener, connector: me, nonce_l, nonce_c: random()? };
+    let t = Transcript { listener_job, listener, connector: me, nonce_l, nonce_c: random()? };
     // A fresh socket's send buffer takes the 64 bytes whole.
     let closed = |e: io::Error| match e.kind() {
         io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
@@ -211,8 +234,10 @@ fn read_patiently(s: &mut TcpStream, buf: &mut [u8], patience: &mut dyn FnMut() 
 mod tests {
     use super::*;
 
+    const ME: Connector = Connector { job_hash: 66, task: 5, key: 0xfeed };
+
     fn transcript() -> Transcript {
-        Transcript { job_hash: 77, listener: 1, connector: 5, nonce_l: [3; 16], nonce_c: [4; 16] }
+        Transcript { listener_job: 77, listener: 1, connector: ME, nonce_l: [3; 16], nonce_c: [4; 16] }
     }
 
     #[test]
@@ -220,23 +245,29 @@ mod tests {
         let key = [9u8; 16];
         let t = transcript();
         let h = t.hello(&key);
-        assert_eq!(verify_hello(&h, &key, 77, 1, &[3; 16], 100).map(|t| t.connector), Some(5));
+        assert_eq!(verify_hello(&h, &key, 77, 1, &[3; 16], 100).map(|t| t.connector), Some(ME));
         assert!(verify_hello(&h, &[8; 16], 77, 1, &[3; 16], 100).is_none(), "another secret");
         assert!(verify_hello(&h, &key, 78, 1, &[3; 16], 100).is_none(), "another job");
         assert!(verify_hello(&h, &key, 77, 2, &[3; 16], 100).is_none(), "another listener");
         assert!(verify_hello(&h, &key, 77, 1, &[6; 16], 100).is_none(), "replayed to a new challenge");
         assert!(verify_hello(&h, &key, 77, 1, &[3; 16], 5).is_none(), "task out of range");
-        let mut other_task = h;
-        other_task[12] = 6;
-        assert!(verify_hello(&other_task, &key, 77, 1, &[3; 16], 100).is_none(), "task changed");
+        for (at, what) in [(12, "task"), (32, "connector job"), (40, "connector key")] {
+            let mut changed = h;
+            changed[at] ^= 1;
+            assert!(verify_hello(&changed, &key, 77, 1, &[3; 16], 100).is_none(), "{what} changed");
+        }
+        let no_key = Transcript { connector: Connector { key: 0, ..ME }, ..transcript() };
+        assert!(verify_hello(&no_key.hello(&key), &key, 77, 1, &[3; 16], 100).is_none(), "key 0");
         assert!(t.ack_ok(&key, &t.ack(&key)));
-        assert!(!t.ack_ok(&key, &t.hello(&key)[32..].try_into().unwrap()), "a hello's mac is not an ack");
+        assert!(!t.ack_ok(&key, &t.hello(&key)[48..].try_into().unwrap()), "a hello's mac is not an ack");
         assert_eq!(parse_challenge(&challenge(1, &[3; 16])), Some((1, [3; 16])));
         assert_eq!(parse_challenge(&[0; CHALLENGE_BYTES]), None);
         assert!(hello_prefix_ok(&h[..5]) && hello_prefix_ok(&h[..12]) && hello_prefix_ok(&h));
-        let mut v1 = h;
-        v1[8] = 1;
-        assert!(!hello_prefix_ok(&v1[..12]), "the old hello's version");
+        for old in [1u8, 2] {
+            let mut v = h;
+            v[8] = old;
+            assert!(!hello_prefix_ok(&v[..12]), "the hello of version {old}");
+        }
         assert!(!hello_prefix_ok(b"GET /"));
     }
 

@@ -6,9 +6,21 @@
 //! offset 64     WindowSlot[MAX_WINDOWS]   (64 B each)
 //! offset 1088   BoxTable (64 B, fbox.rs)
 //! offset 4096   the fast boxes of window 0 (fbox.rs), BOXES of them
+//! GUESTS_AT     GuestTable: the keys of the other jobs' endpoints that
+//!               talk to this one, MAX_GUESTS of them (8 KiB)
 //! CONTROL_BYTES window w's queue at CONTROL_BYTES + w * (QUEUE_HEADER_BYTES + queue_bytes)
 //!               (queue.rs), MAX_WINDOWS of them
 //! ```
+//!
+//! Peer ids: a sender names itself in the receiver's queue by its peer id
+//! there (record.rs `src`, the queue's sender table).  A task of the
+//! receiver's own job is its task id.  An endpoint of another job (MPI's
+//! spawn, connect/accept, join) is MAX_TASKS + the slot of its key
+//! (address.rs `Address::key`) in the receiver's guest table: whichever
+//! of the two comes first -- the receiver connecting to the guest's
+//! address, the guest mapping this segment to send, the guest's TCP hello
+//! -- claims the slot, and the other finds it (`guest_slot`).  So both
+//! sides agree on the id with no message between them.
 //!
 //! The file has room for every window's queue, but only the queues of open
 //! windows are reserved (fallocate; the rest is a hole nobody touches): a
@@ -18,9 +30,9 @@
 
 use crate::shm::fbox::{self, BoxTable, BOX_BYTES};
 use crate::shm::queue::QueueRef;
-use crate::shm::segment::{control_name, control_token, is_control_of, Owner, Segment, ShmSafe};
+use crate::shm::segment::{control_name, control_parts, control_token, is_control_of, Owner, Segment, ShmSafe};
 use crate::sys::error::{Error, Result};
-use crate::sys::limits::MAX_WINDOWS;
+use crate::sys::limits::{MAX_GUESTS, MAX_WINDOWS};
 use crate::sys::sync::Pad;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -29,8 +41,8 @@ pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DBCTRL\0\0");
 /// 2: WindowSlot::notified.  3: unlink_after, mapped_by.  4: inbound
 /// queues (queue_bytes) instead of a ring bitmap per window.  5: 8-byte
 /// record headers (record.rs).  6: light_rings.  7: fast boxes (fbox.rs).
-/// 8: token.  9: aborting.
-pub const CONTROL_VERSION: u32 = 9;
+/// 8: token.  9: aborting.  10: the guest table.
+pub const CONTROL_VERSION: u32 = 10;
 /// Names drawn for a control segment before giving up: each is a fresh
 /// random token, so more than one is taken only by chance.
 const NAME_TRIES: u32 = 16;
@@ -85,8 +97,20 @@ pub struct WindowSlot {
     _pad: Pad<56>,
 }
 
+/// The keys of the other jobs' endpoints that talk to this one (see the
+/// module's peer ids): slot i holds 0 (free) or the key of the endpoint
+/// whose peer id here is MAX_TASKS + i.  A slot, once claimed, is never
+/// freed, so a key is found by probing from its hash to the first free
+/// slot.
+#[repr(C)]
+pub struct GuestTable {
+    pub keys: [AtomicU64; MAX_GUESTS as usize],
+}
+
 // SAFETY: repr(C), atomics and padding only, all-zero is valid.
 unsafe impl ShmSafe for ControlHeader {}
+// SAFETY: as above.
+unsafe impl ShmSafe for GuestTable {}
 // SAFETY: as above.
 unsafe impl ShmSafe for WindowSlot {}
 
@@ -103,8 +127,11 @@ pub const HEADER_BYTES: usize = 64;
 const BOX_TABLE_AT: usize = HEADER_BYTES + MAX_WINDOWS as usize * std::mem::size_of::<WindowSlot>();
 /// The page of the header, the window slots and the box table.
 const PAGE_BYTES: usize = 4096;
-/// That page and the fast boxes: the queues follow.
-pub const CONTROL_BYTES: usize = PAGE_BYTES + fbox::area_bytes();
+/// Where the guest table lies: after the page and the fast boxes.
+const GUESTS_AT: usize = PAGE_BYTES + fbox::area_bytes();
+/// That page, the fast boxes and the guest table: the queues follow.
+pub const CONTROL_BYTES: usize = GUESTS_AT + std::mem::size_of::<GuestTable>();
+const _: () = assert!(std::mem::size_of::<GuestTable>() == 8 * MAX_GUESTS as usize && GUESTS_AT.is_multiple_of(64));
 const _: () = assert!(BOX_TABLE_AT + std::mem::size_of::<BoxTable>() <= PAGE_BYTES);
 
 /// Where window `w`'s queue starts, and the whole file's length, for
@@ -203,7 +230,8 @@ impl Control {
             (Err(Error::Shm), Some(pid)) => Segment::open_held_by(pid, dir, &name, CONTROL_BYTES)?,
             (r, _) => r?,
         };
-        Control::checked(seg, token, task, me)
+        // The owner mapping its own segment (a send to itself) is no peer.
+        Control::checked(seg, token, Some(task), me != task)
     }
 
     /// Map the control segment of `task` that process `pid` holds, its
@@ -212,16 +240,28 @@ impl Control {
     pub fn open_of_process(dir: &str, job: &str, task: u32, me: u32, pid: u32) -> Result<Control> {
         let (seg, name) = Segment::open_held_where(pid, dir, |n| is_control_of(n, job, task), CONTROL_BYTES)?;
         let token = control_token(&name).ok_or(Error::Shm)?;
-        Control::checked(seg, token, task, me)
+        Control::checked(seg, token, Some(task), me != task)
     }
 
-    fn checked(seg: Segment, token: u64, task: u32, me: u32) -> Result<Control> {
+    /// Map the control segment with `token` of an endpoint of another job
+    /// (its task `task`, if known) that process `pid` holds: through the
+    /// owner's descriptor, since its name, which holds that job's key, may
+    /// be gone (its own job's peers have mapped it).  A guest is not one of
+    /// the peers its owner counts on to remove the name.
+    pub fn open_foreign(dir: &str, token: u64, task: Option<u32>, pid: u32) -> Result<Control> {
+        let pick = |n: &str| control_parts(n).is_some_and(|(_, t, k)| t == token && task.is_none_or(|task| task == k));
+        let (seg, _) = Segment::open_held_where(pid, dir, pick, CONTROL_BYTES)?;
+        Control::checked(seg, token, task, false)
+    }
+
+    /// `counts`: this opener is one of the peers `unlink_after` counts.
+    fn checked(seg: Segment, token: u64, task: Option<u32>, counts: bool) -> Result<Control> {
         let mut c = Control::with(seg, 0)?;
         let h = c.header();
         // SYNC POINT B (reader side).
         if h.version.load(Ordering::Acquire) != CONTROL_VERSION
             || h.magic.load(Ordering::Relaxed) != CONTROL_MAGIC
-            || h.owner_task.load(Ordering::Relaxed) != task
+            || task.is_some_and(|t| h.owner_task.load(Ordering::Relaxed) != t)
             || h.token.load(Ordering::Relaxed) != token
         {
             return Err(Error::Shm);
@@ -231,9 +271,8 @@ impl Control {
         if !queue_bytes_ok(qb) || c.seg.len() < file_len(qb) {
             return Err(Error::Shm);
         }
-        let unlink = me != task && h.mapped_by.fetch_add(1, Ordering::AcqRel).wrapping_add(1) == h.unlink_after.load(Ordering::Relaxed);
+        let unlink = counts && h.mapped_by.fetch_add(1, Ordering::AcqRel).wrapping_add(1) == h.unlink_after.load(Ordering::Relaxed);
         c.queue_bytes = qb;
-        // The owner mapping its own segment (a send to itself) is no peer.
         if unlink {
             c.seg_mut().unlink();
         }
@@ -245,6 +284,50 @@ impl Control {
     /// process can change under us.
     pub fn token(&self) -> u64 {
         self.seg.name().and_then(control_token).unwrap_or(0)
+    }
+
+    /// The job key and the owner's task in this segment's name (None: a
+    /// private segment), which no other process can change under us: a
+    /// sender of another job names the bulk buffers it makes for the owner
+    /// with them (bulk.rs).
+    pub fn job_and_task(&self) -> Option<(String, u32)> {
+        self.seg.name().and_then(control_parts).map(|(job, _, task)| (job.to_string(), task))
+    }
+
+    /// The peer id of the endpoint with `key` (address.rs `Address::key`)
+    /// in this segment's guest table, claiming a free slot for it if
+    /// `claim` (then None: the table is full); MAX_TASKS + the slot.  Two
+    /// processes that claim for one key at once probe the same slots in
+    /// the same order, and the one that loses a slot's CAS to the same key
+    /// takes that slot: both find the same id.
+    pub fn guest_id(&self, key: u64, claim: bool) -> Option<u32> {
+        if key == 0 {
+            return None;
+        }
+        let keys = &self.seg.at::<GuestTable>(GUESTS_AT).keys;
+        // Keys are random (tokens, hashes): their low bits spread them.
+        let start = (key % MAX_GUESTS as u64) as usize;
+        for i in 0..keys.len() {
+            let slot = (start + i) % keys.len();
+            let found = match keys[slot].load(Ordering::Acquire) {
+                0 if !claim => return None,
+                0 => match keys[slot].compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => true,
+                    Err(k) => k == key,
+                },
+                k => k == key,
+            };
+            if found {
+                return Some(crate::sys::limits::MAX_TASKS + slot as u32);
+            }
+        }
+        None
+    }
+
+    /// The key in the guest slot of peer id `id` (0: none).
+    pub fn guest_key(&self, id: u32) -> u64 {
+        let keys = &self.seg.at::<GuestTable>(GUESTS_AT).keys;
+        id.checked_sub(crate::sys::limits::MAX_TASKS).and_then(|i| keys.get(i as usize)).map_or(0, |k| k.load(Ordering::Acquire))
     }
 
     fn with(seg: Segment, queue_bytes: u64) -> Result<Control> {

@@ -266,7 +266,7 @@ impl BoxesRx {
             let id = BulkId { dir: String::new(), job: String::new(), token: 0, src: 0, dst: place.me, window: 0 };
             let me = place.me;
             match (place.open)(i).and_then(|q| QueueConsumer::new(q, id, place.max_message)) {
-                _ if task >= crate::sys::limits::MAX_TASKS => {
+                _ if task >= crate::sys::limits::MAX_PEERS => {
                     self.skipped |= 1 << i;
                     eprintln!("doorbell: task {me}: fast box {i} claimed by an unknown sender ({o}); ignored");
                 }

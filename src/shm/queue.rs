@@ -4,13 +4,13 @@
 //! with the number of ranks, not with its square.
 //!
 //! ```text
-//! QueueHeader (70016 B)
+//! QueueHeader (74368 B)
 //!   0     lock (holder's pid or 0), tail, next_rewind_check  (producers)
 //!   128   head                                                (consumer)
 //!   256   any_waiting                                         (both)
-//!   waiting[MAX_TASKS bits]  senders that wait for room
-//!   closed[MAX_TASKS bits]   senders that closed in order
-//!   pids[MAX_TASKS]          each sender's pid (to watch it)
+//!   waiting[MAX_PEERS bits]  senders that wait for room
+//!   closed[MAX_PEERS bits]   senders that closed in order
+//!   pids[MAX_PEERS]          each sender's pid (to watch it)
 //! data[capacity]  records (record.rs), each naming its sender
 //! ```
 //!
@@ -20,7 +20,7 @@
 //! keeps stale bytes from passing for a record), the same hot-start rewind as the
 //! per-pair rings it replaced.  Only the producer's state (`tail`,
 //! `next_rewind_check`) lives in the header instead of in one process, and
-//! each record carries its sender task, so
+//! each record carries its sender's peer id at the receiver, so
 //! the receiver knows whose callback it is.  Each sender's records enter in
 //! its own order, so per-sender FIFO order holds.
 //!
@@ -62,7 +62,7 @@ use crate::shm::segment::ShmSafe;
 use crate::shm::shared_bytes::SharedBytes;
 use crate::sys::counters::GuardedCount;
 use crate::sys::error::{Error, Result};
-use crate::sys::limits::MAX_TASKS;
+use crate::sys::limits::MAX_PEERS;
 use crate::sys::sync::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering, Pad};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -70,7 +70,7 @@ use std::sync::Arc;
 /// Senders a queue's table has room for.  Under loom every atomic is an
 /// object the model tracks: a table for 64 senders.
 #[cfg(not(loom))]
-const TABLE_TASKS: usize = MAX_TASKS as usize;
+const TABLE_TASKS: usize = MAX_PEERS as usize;
 #[cfg(loom)]
 const TABLE_TASKS: usize = 64;
 const WORDS: usize = TABLE_TASKS / 64;
@@ -134,11 +134,11 @@ pub struct RingHeader {
 /// What a queue shared by many senders has besides its ring.
 #[repr(C)]
 pub struct SenderTable {
-    /// Bit t: sender task t waits for room (Q2).
+    /// Bit t: the sender with peer id t waits for room (Q2).
     pub waiting: [AtomicU64; WORDS],
-    /// Bit t: sender task t closed in order; its exit is not a loss.
+    /// Bit t: sender t closed in order; its exit is not a loss.
     pub closed: [AtomicU64; WORDS],
-    /// Sender task t's pid, stored before its first record: the receiver
+    /// Sender t's pid, stored before its first record: the receiver
     /// watches a sender it never connected to.
     pub pids: [AtomicU32; TABLE_TASKS],
 }
@@ -150,7 +150,7 @@ pub struct QueueHeader {
 }
 
 pub const RING_HEADER_BYTES: usize = 384;
-pub const QUEUE_HEADER_BYTES: usize = 4480 + 4 * MAX_TASKS as usize;
+pub const QUEUE_HEADER_BYTES: usize = RING_HEADER_BYTES + 2 * (MAX_PEERS / 8) as usize + 4 * MAX_PEERS as usize;
 
 // SAFETY: repr(C), atomics and padding only, all-zero is valid (an empty
 // queue at position 0, unlocked, nobody waiting or closed).
@@ -421,9 +421,10 @@ impl QueueRef {
 #[derive(Clone)]
 pub struct BulkId {
     pub dir: String,
+    /// The receiver's job key, token and task (its control segment's).
     pub job: String,
-    /// The receiver's token (its control segment's).
     pub token: u64,
+    /// The sender's peer id at the receiver.
     pub src: u32,
     pub dst: u32,
     pub window: u32,
@@ -498,7 +499,7 @@ impl QueueWriter {
 
     /// The writer of a fast box (fbox.rs): sender task `me`, process `pid`.
     pub fn for_box(q: QueueRef, me: u32, pid: u32) -> Result<QueueWriter> {
-        if me >= MAX_TASKS || pid == 0 || q.table().is_some() {
+        if me >= MAX_PEERS || pid == 0 || q.table().is_some() {
             return Err(Error::InvalidArgument);
         }
         Ok(QueueWriter::with(q, me, pid))
@@ -741,11 +742,11 @@ impl QueueWriter {
 }
 
 impl QueueProducer {
-    /// `id.src` is this sender's task; the lock is taken in the name of
+    /// `id.src` is this sender's peer id at the receiver; the lock is taken in the name of
     /// `pid` (this process: a lock is per process, and the endpoint keeps
     /// one producer per (peer, window)).
     pub fn new(q: QueueRef, id: BulkId, pid: u32, bulk_max: u64) -> Result<QueueProducer> {
-        if id.src >= MAX_TASKS || pid == 0 {
+        if id.src >= MAX_PEERS || pid == 0 {
             return Err(Error::InvalidArgument);
         }
         q.table().ok_or(Error::InvalidArgument)?.pids[id.src as usize].store(pid, Ordering::Release);
@@ -1130,7 +1131,7 @@ impl QueueConsumer {
     /// else the one whose chunked message it continued, if any.
     pub fn culprit(&self) -> Option<u32> {
         let named = Record::from_word(self.q.word(self.head).load(Ordering::Acquire), self.head).map(|r| r.src as u32);
-        named.filter(|&t| t < MAX_TASKS).or(self.assembling.as_ref().map(|a| a.0))
+        named.filter(|&t| t < MAX_PEERS).or(self.assembling.as_ref().map(|a| a.0))
     }
 
     /// Part-way through a chunked message?
@@ -1172,7 +1173,7 @@ impl QueueConsumer {
             };
             let size = rec.size_at(pos, cap);
             let src = rec.src as u32;
-            if pos + size > cap || src >= MAX_TASKS {
+            if pos + size > cap || src >= MAX_PEERS {
                 return Err(Error::Shm);
             }
             // SAFETY: pos + REC + len <= pos + size <= cap (checked above),
@@ -1670,7 +1671,7 @@ mod tests {
         p.close(false);
         assert!(f.q().sender_closed(130));
         assert!(!f.q().sender_closed(129));
-        assert!(!f.q().sender_closed(MAX_TASKS + 5));
+        assert!(!f.q().sender_closed(MAX_PEERS + 5));
     }
 
     #[test]

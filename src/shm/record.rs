@@ -87,8 +87,8 @@ pub(crate) struct Record {
     pub(crate) len: u32,
     pub(crate) tag: u8,
     pub(crate) flags: u8,
-    /// The sending task (queue.rs, where many senders share one queue).
-    /// MAX_TASKS fits in 16 bits.
+    /// The sender, by its peer id at the receiver (queue.rs, where many
+    /// senders share one queue; limits.rs MAX_PEERS fits in 16 bits).
     pub(crate) src: u16,
 }
 
@@ -126,7 +126,7 @@ impl Record {
     }
 }
 
-const _: () = assert!(crate::sys::limits::MAX_TASKS <= 1 << 16);
+const _: () = assert!(crate::sys::limits::MAX_PEERS <= 1 << 16);
 const _: () = assert!(ALIGN.is_power_of_two() && REC + TOTAL_BYTES == ALIGN);
 
 /// The stamp of a record at position `pos` (16-aligned): never 0.

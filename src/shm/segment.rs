@@ -534,10 +534,18 @@ pub fn control_token(name: &str) -> Option<u64> {
     u64::from_str_radix(stem.rsplit_once('-')?.1, 16).ok()
 }
 
+/// The job key, token and task of a control segment's name, if `name`
+/// is exactly one.
+pub fn control_parts(name: &str) -> Option<(&str, u64, u32)> {
+    let (stem, task) = parse_control(name)?;
+    let (job, token) = stem.strip_prefix(PREFIX)?.rsplit_once('-')?;
+    Some((job, u64::from_str_radix(token, 16).ok()?, task))
+}
+
 /// Is `name` exactly the control segment of task `task` of job `job`,
 /// whatever its token?
 pub fn is_control_of(name: &str, job: &str, task: u32) -> bool {
-    parse_control(name).is_some_and(|(stem, t)| t == task && stem.strip_prefix(PREFIX).and_then(|s| s.rsplit_once('-')).is_some_and(|(j, _)| j == job))
+    control_parts(name).is_some_and(|(j, _, t)| t == task && j == job)
 }
 
 /// Remove the files in `dir` of `stem` whose kind `hit` picks, if they
@@ -650,6 +658,8 @@ mod tests {
         assert!(!is_control_of(&control_name("x-1", 5, 3), "x", 3));
         assert!(!is_control_of(&control_name("x-1", 5, 3), "x-1", 4));
         assert_eq!(control_token(&control_name("x-1", u64::MAX, 3)), Some(u64::MAX));
+        assert_eq!(control_parts(&control_name("x-1", 0xab, 3)), Some(("x-1", 0xab, 3)));
+        assert_eq!(control_parts(&bulk_name("x", 1, 0, 1, 0)), None);
     }
 
     fn private_dir(tag: &str) -> String {

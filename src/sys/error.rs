@@ -49,6 +49,9 @@ pub enum Error {
     ShmRefused,
     InUse,
     FlihFailed,
+    /// Every slot of a guest table (control.rs) is taken: this endpoint,
+    /// or the peer, met MAX_GUESTS endpoints of other jobs already.
+    TooManyPeers,
     /// Shared memory from a peer broke its format (`Woke::PeerCorrupt`
     /// names the peer).
     Corrupt(Corrupt),
@@ -68,7 +71,7 @@ impl Error {
             Error::UnknownWindow => c"unknown window: not open at the receiver",
             Error::UnknownTask => c"unknown task: never connected",
             Error::BadLength => c"bad length: larger than max_message",
-            Error::BadAddress => c"malformed or foreign address blob",
+            Error::BadAddress => c"malformed address blob, or another address for a task already connected",
             Error::WouldBlock => c"send backlog full: progress, then retry",
             Error::TimedOut => c"timed out",
             Error::PeerLost => c"peer task lost (exited, killed or hung up)",
@@ -86,6 +89,9 @@ impl Error {
             }
             Error::FlihFailed => {
                 c"the endpoint's event thread failed (reason on stderr): TCP wake-ups and lost-peer reports stopped; destroy the endpoint"
+            }
+            Error::TooManyPeers => {
+                c"too many peers of other jobs: an endpoint meets at most 1024 endpoints of other jobs over its life"
             }
             Error::Corrupt(Corrupt::QueueHeader) => {
                 c"shared memory corrupt: the header of a peer's window queue broke its format; the peer is dropped"
@@ -109,7 +115,7 @@ impl Error {
 }
 
 /// Every error, for the C ABI's table of codes and its tests.
-pub const ALL: [Error; 20] = [
+pub const ALL: [Error; 21] = [
     Error::InvalidArgument,
     Error::UnknownWindow,
     Error::UnknownTask,
@@ -127,6 +133,7 @@ pub const ALL: [Error; 20] = [
     Error::ShmRefused,
     Error::InUse,
     Error::FlihFailed,
+    Error::TooManyPeers,
     Error::Corrupt(Corrupt::QueueHeader),
     Error::Corrupt(Corrupt::FastBox),
     Error::Corrupt(Corrupt::Record),

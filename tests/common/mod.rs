@@ -71,9 +71,25 @@ pub fn frame(len: u64, window: u32, tag: u8, kind: u8) -> Vec<u8> {
     b
 }
 
-fn mac(key: &[u8; 16], label: &[u8], job_hash: u64, listener: u32, connector: u32, nl: &[u8], nc: &[u8]) -> [u8; 32] {
+/// The key a test connector claims (any nonzero value; a task of the
+/// listener's own job is known by its task, not by it).
+pub const MEMBER_KEY: u64 = 0x5eed_0000_0000_0001;
+
+/// The handshake's MAC (handshake.rs): the listener's job and task, the
+/// connector's job, task and key, both nonces.
+fn mac(key: &[u8; 16], label: &[u8], b: &Blob, me: u32, nl: &[u8], nc: &[u8]) -> [u8; 32] {
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap();
-    for part in [label, &job_hash.to_le_bytes(), &listener.to_le_bytes(), &connector.to_le_bytes(), nl, nc] {
+    let parts: [&[u8]; 8] = [
+        label,
+        &b.job_hash.to_le_bytes(),
+        &b.task.to_le_bytes(),
+        &b.job_hash.to_le_bytes(),
+        &me.to_le_bytes(),
+        &MEMBER_KEY.to_le_bytes(),
+        nl,
+        nc,
+    ];
+    for part in parts {
         m.update(part);
     }
     m.finalize().into_bytes().into()
@@ -85,18 +101,20 @@ pub fn read_challenge(s: &mut TcpStream) -> (u32, [u8; 16]) {
     let mut ch = [0u8; 32];
     s.read_exact(&mut ch).expect("a challenge");
     assert_eq!(&ch[0..8], b"DOORBELL");
-    assert_eq!(u32::from_le_bytes(ch[8..12].try_into().unwrap()), 2);
+    assert_eq!(u32::from_le_bytes(ch[8..12].try_into().unwrap()), 3);
     (u32::from_le_bytes(ch[12..16].try_into().unwrap()), ch[16..32].try_into().unwrap())
 }
 
-/// A hello for `challenge` as task `me`, keyed with `key`.
+/// A hello for `challenge` as task `me` of the listener's job, keyed with `key`.
 pub fn hello(b: &Blob, key: &[u8; 16], me: u32, nonce_l: &[u8; 16]) -> Vec<u8> {
     let nonce_c = [0x3c; 16];
     let mut h = b"DOORBELL".to_vec();
-    h.extend_from_slice(&2u32.to_le_bytes());
+    h.extend_from_slice(&3u32.to_le_bytes());
     h.extend_from_slice(&me.to_le_bytes());
     h.extend_from_slice(&nonce_c);
-    h.extend_from_slice(&mac(key, b"doorbell-hello", b.job_hash, b.task, me, nonce_l, &nonce_c));
+    h.extend_from_slice(&b.job_hash.to_le_bytes());
+    h.extend_from_slice(&MEMBER_KEY.to_le_bytes());
+    h.extend_from_slice(&mac(key, b"doorbell-hello", b, me, nonce_l, &nonce_c));
     h
 }
 
@@ -109,7 +127,7 @@ pub fn member(b: &Blob, me: u32) -> TcpStream {
     s.write_all(&hello(b, &b.secret, me, &nonce_l)).unwrap();
     let mut ack = [0u8; 32];
     s.read_exact(&mut ack).expect("an ack");
-    assert_eq!(ack, mac(&b.secret, b"doorbell-ack", b.job_hash, b.task, me, &nonce_l, &[0x3c; 16]));
+    assert_eq!(ack, mac(&b.secret, b"doorbell-ack", b, me, &nonce_l, &[0x3c; 16]));
     s.set_read_timeout(None).unwrap();
     s
 }

@@ -13,7 +13,7 @@ use crate::shm::record::Gather;
 use crate::shm::shared_bytes::SharedBytes;
 use crate::sys::buf_pool::BufPool;
 use crate::sys::error::{Corrupt, Error, Result};
-use crate::sys::limits::{MAX_TASKS, MAX_WINDOWS};
+use crate::sys::limits::{MAX_PEERS, MAX_WINDOWS};
 use crate::sys::sync::lock;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -177,8 +177,10 @@ impl Inner {
 
     #[cold]
     fn claim_fast_box(&self, p: &Peer, ctl: &Control) {
+        // Set with `p.control` (peers.rs `peer_control`).
+        let Some(&me) = p.src.get() else { return };
         let _ = p.fast_box.get_or_init(|| {
-            BoxTx::claim(ctl.box_table(), self.cfg.task, std::process::id(), |i| {
+            BoxTx::claim(ctl.box_table(), me, std::process::id(), |i| {
                 ctl.populate_box(i);
                 ctl.fast_box(i)
             })
@@ -223,7 +225,12 @@ impl Inner {
         }
         let mut tx = lock(&p.tx);
         if tx.queues[window as usize].is_none() {
-            let id = BulkId { dir: self.cfg.shm_dir.clone(), job: self.cfg.job.clone(), token: ctl.token(), src: self.cfg.task, dst: p.task, window };
+            // The receiver's bulk buffers carry its job's key and its own
+            // task (of another job: not what we call it), as its
+            // segment's name says.
+            let (job, dst) = ctl.job_and_task().ok_or(Error::Shm)?;
+            let src = *p.src.get().ok_or(Error::Internal)?;
+            let id = BulkId { dir: self.cfg.shm_dir.clone(), job, token: ctl.token(), src, dst, window };
             let prod = QueueProducer::new(ctl.queue(window)?, id, std::process::id(), self.cfg.bulk_max)?;
             ctl.populate_queue(window);
             let _ = p.writers[window as usize].set(prod.writer().clone());
@@ -464,7 +471,7 @@ impl Inner {
     pub(crate) fn take_up_queue(&self, window: u32, rx: &mut WindowRx) -> Result<()> {
         let id = BulkId { dir: self.cfg.shm_dir.clone(), job: self.cfg.job.clone(), token: self.control.token(), src: 0, dst: self.cfg.task, window };
         rx.queue = Some(QueueConsumer::new(self.control.queue(window)?, id, self.cfg.max_message)?);
-        rx.known = vec![0; (MAX_TASKS / 64) as usize];
+        rx.known = vec![0; (MAX_PEERS / 64) as usize];
         Ok(())
     }
 

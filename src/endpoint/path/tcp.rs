@@ -173,7 +173,7 @@ impl Inner {
             let mut stream = connected.map_err(|_| Error::Network)?;
             crate::net::congestion::keepalive(&stream).map_err(|_| Error::Network)?;
             let mut patience = alive;
-            match crate::net::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret, step, &mut patience) {
+            match crate::net::handshake::greet(&mut stream, self.as_connector(), addr.job_hash, addr.task, &addr.secret, step, &mut patience) {
                 Ok(()) => return Ok(stream),
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted && alive() => {
                     std::thread::sleep(nap);
@@ -464,7 +464,7 @@ impl Inner {
         let deadline = sys::now_ns() + ABORT_BUDGET.as_nanos() as u64;
         let mut waiting: Vec<Arc<Conn>> = self.tcp.conns().into_iter().filter(|c| c.send_ahead(ABORT) == Ok(false)).collect();
         for p in self.peer_list() {
-            let watches_us = !p.local && p.addr.get().is_some_and(|a| a.node_id == self.cfg.node_id && a.task != self.cfg.task);
+            let watches_us = !p.local && p.task != self.cfg.task && p.addr.get().is_some_and(|a| a.node_id == self.cfg.node_id);
             if !watches_us || p.ended.load(Ordering::Acquire) || self.tcp.has_conn_of(p.task) {
                 continue;
             }
@@ -491,7 +491,7 @@ impl Inner {
         let me = std::net::IpAddr::V4(*self.me.tcp.ip());
         let mut stream = crate::net::congestion::connect(me, addr.tcp, Some(left)).ok()?;
         let mut in_time = || sys::now_ns() < deadline;
-        crate::net::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret, left, &mut in_time).ok()?;
+        crate::net::handshake::greet(&mut stream, self.as_connector(), addr.job_hash, addr.task, &addr.secret, left, &mut in_time).ok()?;
         let conn = Conn::new(stream, self.new_token(), p.task, self.buf_pool.clone(), self.tcp.conn_epoll.clone()).ok()?;
         let conn = Arc::new(conn);
         self.add_conn(&conn).ok()?;
