@@ -252,11 +252,11 @@
 /*
  Bytes of a task's control segment before its queues (its header, window
  slots, window 0's 8 fast boxes of 4 KiB and its table of the other
- jobs' endpoints that talk to it).  Creating an
- endpoint reserves these plus window 0's queue (DOORBELL_QUEUE_HEADER_BYTES
- + ring_bytes) in the shared-memory directory; each further window
- opened reserves one more queue.  Nothing else grows with the peers
- (bulk buffers for messages over ring_bytes / 4 aside).
+ jobs' endpoints that talk to it).  Creating an endpoint reserves these
+ plus window 0's queue (DOORBELL_QUEUE_HEADER_BYTES plus ring_bytes) in
+ the shared-memory directory; each further window opened reserves one
+ more queue.  Nothing else grows with the peers (bulk buffers for
+ messages over ring_bytes / 4 aside).
  */
 #define DOORBELL_CONTROL_BYTES 49152
 
