@@ -3,8 +3,11 @@
 //! same-host peers and, while some thread sleeps, the set of TCP
 //! connections, and turns readiness into window wake-ups (the SLIH,
 //! `Inner::wake_own`): the woken thread reads the socket itself.  It never
-//! runs user callbacks.
+//! runs user callbacks.  The RMA channels (path/rma.rs) it watches always
+//! and serves itself: one-sided operations complete whatever the
+//! application threads do.
 
+use crate::endpoint::path::rma::RmaSide;
 use crate::endpoint::path::tcp::TcpSide;
 use crate::endpoint::peers::Peers;
 use crate::endpoint::pending::{Listener, Pending, PendingSet, Step, PENDING_BIT};
@@ -34,6 +37,8 @@ const TOKEN_CONNS: u64 = 2;
 /// Wakes the FLIH to start checking unwatched pids (see `watch_pid`).
 /// (Connection tokens, 3 and up, live in the connection set, not here.)
 const TOKEN_PID_POLL: u64 = 3;
+/// The RMA channels' set (path/rma.rs), watched always, level-triggered.
+const TOKEN_RMA: u64 = 4;
 /// How often the FLIH checks the peers it could not watch with a pidfd.
 const PID_POLL_NS: u64 = 100_000_000;
 /// The connection set sits in the FLIH's set one-shot: it wakes the FLIH
@@ -61,7 +66,13 @@ pub(crate) struct Flih {
 impl Flih {
     /// The epoll set with the fixed members: shutdown, `listener`, the
     /// peers' pid-poll kick and the TCP side's connection set.
-    pub(crate) fn new(listener: TcpListener, accepted_default_congestion: Option<OsString>, peers: &Peers, tcp: &TcpSide) -> Result<Flih, Error> {
+    pub(crate) fn new(
+        listener: TcpListener,
+        accepted_default_congestion: Option<OsString>,
+        peers: &Peers,
+        tcp: &TcpSide,
+        rma: &RmaSide,
+    ) -> Result<Flih, Error> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?;
         let readable = |token| EpollEvent::new(EpollFlags::EPOLLIN, token);
         let shutdown = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(|_| Error::Internal)?;
@@ -69,6 +80,7 @@ impl Flih {
         epoll.add(&listener, readable(TOKEN_LISTENER)).map_err(|_| Error::Internal)?;
         epoll.add(peers.pid_poll_kick(), readable(TOKEN_PID_POLL)).map_err(|_| Error::Internal)?;
         epoll.add(&tcp.conn_set().0, EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS)).map_err(|_| Error::Internal)?;
+        epoll.add(&rma.set().0, readable(TOKEN_RMA)).map_err(|_| Error::Internal)?;
         Ok(Flih { epoll, shutdown, listener, accepted_default_congestion, next_token: AtomicU64::new(3) })
     }
 
@@ -161,6 +173,7 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
                 }
                 TOKEN_CONNS => inner.wake_sleepers_for_conns(),
                 TOKEN_PID_POLL => inner.poll_pids(),
+                TOKEN_RMA => inner.poll_rma(),
                 #[cfg(test)]
                 TOKEN_TEST_PANIC => panic!("test hook"),
                 t if t & PID_BIT != 0 => inner.process_exited((t & !PID_BIT) as u32),
@@ -224,6 +237,13 @@ fn handshake_step(inner: &Inner, pending: &mut PendingSet, token: u64) {
             let ack = t.ack(&inner.me.secret);
             // Nothing was sent since the challenge: the ack fits whole.
             if (&p.stream).write(&ack).ok() != Some(ack.len()) {
+                return;
+            }
+            if t.connector & handshake::CHANNEL_RMA != 0 {
+                // An RMA channel: served here, never a message connection.
+                if let Ok(conn) = inner.rma_conn_for(p.stream, t.connector & !handshake::CHANNEL_RMA) {
+                    let _ = inner.rma_add(&Arc::new(conn));
+                }
                 return;
             }
             let set = inner.tcp.conn_set().clone();

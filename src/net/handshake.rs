@@ -19,6 +19,9 @@
 //! fresh nonces, so a hello is good for one connection to one listener as
 //! one task: it cannot be replayed, or re-targeted at another task.  The
 //! ack proves the listener is the owner of the blob the connector used.
+//! The connector's task may carry CHANNEL_RMA: the connection is then an
+//! RMA channel (rma.rs), served by the listener's event thread; the MAC
+//! covers the bit like the rest of the task.
 //! Frames follow the ack unauthenticated (frame.rs): the fast path is not
 //! touched, and, as with Open MPI's btl tcp, someone who can inject into an
 //! established TCP stream is outside what this defends against.
@@ -37,6 +40,9 @@ pub(crate) const ACK_BYTES: usize = 32;
 const MAGIC: &[u8; 8] = b"DOORBELL";
 /// 1 was the unauthenticated hello (an FNV hash of the job key).
 const VERSION: u32 = 2;
+
+/// In the hello's connector task: this connection is an RMA channel.
+pub(crate) const CHANNEL_RMA: u32 = 1 << 31;
 
 pub(crate) type Secret = [u8; SECRET_BYTES];
 pub(crate) type Nonce = [u8; NONCE_BYTES];
@@ -123,7 +129,7 @@ pub(crate) fn verify_hello(
         return None;
     }
     let connector = u32::from_le_bytes(b[12..16].try_into().unwrap());
-    if connector >= max_tasks {
+    if connector & !CHANNEL_RMA >= max_tasks {
         return None;
     }
     let t = Transcript { job_hash, listener, connector, nonce_l: *nonce_l, nonce_c: b[16..32].try_into().unwrap() };
@@ -185,6 +191,12 @@ mod tests {
         assert!(verify_hello(&h, &key, 77, 2, &[3; 16], 100).is_none(), "another listener");
         assert!(verify_hello(&h, &key, 77, 1, &[6; 16], 100).is_none(), "replayed to a new challenge");
         assert!(verify_hello(&h, &key, 77, 1, &[3; 16], 5).is_none(), "task out of range");
+        let rma = Transcript { connector: 5 | CHANNEL_RMA, ..transcript() };
+        let hr = rma.hello(&key);
+        assert_eq!(verify_hello(&hr, &key, 77, 1, &[3; 16], 100).map(|t| t.connector), Some(5 | CHANNEL_RMA));
+        let mut stripped = hr;
+        stripped[15] &= 0x7f;
+        assert!(verify_hello(&stripped, &key, 77, 1, &[3; 16], 100).is_none(), "the RMA bit is under the MAC");
         let mut other_task = h;
         other_task[12] = 6;
         assert!(verify_hello(&other_task, &key, 77, 1, &[3; 16], 100).is_none(), "task changed");

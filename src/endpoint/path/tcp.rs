@@ -96,6 +96,11 @@ impl TcpSide {
         self.exposures.expose(task, base, len)
     }
 
+    /// The memory peers may use (reads here, RMA: path/rma.rs).
+    pub(crate) fn exposures(&self) -> &Exposures {
+        &self.exposures
+    }
+
     /// Is a connection of `task` still open (either side's)?
     pub(crate) fn has_conn_of(&self, task: u32) -> bool {
         lock(&self.conns).values().any(|c| c.task() == task)
@@ -140,12 +145,18 @@ impl Inner {
     /// but not after a timeout (the listener is stopped or gone) or a
     /// wrong answer.
     pub(crate) fn greet(&self, addr: &Address) -> Result<TcpStream> {
+        self.greet_as(addr, self.cfg.task)
+    }
+
+    /// `greet`, naming ourselves `me` (our task, with CHANNEL_RMA for an
+    /// RMA channel: path/rma.rs).
+    pub(crate) fn greet_as(&self, addr: &Address, me: u32) -> Result<TcpStream> {
         const ATTEMPTS: usize = 3;
         for _ in 0..ATTEMPTS {
-            let me = std::net::IpAddr::V4(*self.me.tcp.ip());
+            let ip = std::net::IpAddr::V4(*self.me.tcp.ip());
             let mut stream =
-                crate::net::congestion::connect(me, addr.tcp, Duration::from_secs(5)).map_err(|_| Error::Network)?;
-            match crate::net::handshake::greet(&mut stream, self.job_hash, self.cfg.task, addr.task, &addr.secret) {
+                crate::net::congestion::connect(ip, addr.tcp, Duration::from_secs(5)).map_err(|_| Error::Network)?;
+            match crate::net::handshake::greet(&mut stream, self.job_hash, me, addr.task, &addr.secret) {
                 Ok(()) => return Ok(stream),
                 Err(e) if matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset) => continue,
                 Err(_) => return Err(Error::Network),
