@@ -952,6 +952,11 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
         /* cleared again by add_procs for a peer that cannot be read */
         mca_btl_doorbell_module.super.btl_flags |= MCA_BTL_FLAGS_GET;
     }
+    if (c->single_copy) {
+        /* put, get and atomics for osc rdma (btl_doorbell_rdma.c): one-sided
+         * communication with Open MPI's default osc list */
+        mca_btl_doorbell_rdma_setup(&mca_btl_doorbell_module.super, &tcp->super);
+    }
     abort_hook_install();
     if (DOORBELL_WAIT_POLL != c->wait_mode && !mca_btl_doorbell_idle_install()) {
         opal_output_verbose(1, c->output,
@@ -980,6 +985,10 @@ void mca_btl_doorbell_recv_cb(void *ctx, uint32_t task, uint32_t window, uint8_t
     mca_btl_base_descriptor_t des = {.des_segments = &segment, .des_segment_count = 1};
 
     (void) window;
+    if (OPAL_UNLIKELY(MCA_BTL_DOORBELL_TAG_ATOMIC == tag)) {
+        mca_btl_doorbell_atomic_recv(module, task, data, len);
+        return;
+    }
     if (OPAL_UNLIKELY(NULL == reg->cbfunc)) {
         opal_output(0, "btl doorbell: dropped a %zu-byte message with unregistered tag %u "
                        "from task %u", len, (unsigned) tag, task);
