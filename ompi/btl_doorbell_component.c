@@ -421,7 +421,8 @@ static int doorbell_component_register(void)
         "Large messages in one copy (ob1's RGET): the receiver reads the sender's buffer, with "
         "process_vm_readv from a same-node peer (as vader's CMA does; when the peer's memory "
         "cannot be read, they go through the ring), over the TCP connection straight into "
-        "its buffer from a peer on another node.  Off, they take two copies",
+        "its buffer from a peer on another node.  Off, they take two copies.  Also the put, "
+        "get and atomics osc rdma needs (MPI_Win_create with the default osc list)",
         MCA_BASE_VAR_TYPE_BOOL, NULL, 0, MCA_BASE_VAR_FLAG_SETTABLE, OPAL_INFO_LVL_4,
         MCA_BASE_VAR_SCOPE_READONLY, &c->single_copy);
     note_param_error(rc, "btl_doorbell_single_copy");

@@ -37,8 +37,11 @@ const TOKEN_CONNS: u64 = 2;
 /// Wakes the FLIH to start checking unwatched pids (see `watch_pid`).
 /// (Connection tokens, 3 and up, live in the connection set, not here.)
 const TOKEN_PID_POLL: u64 = 3;
-/// The RMA channels' set (path/rma.rs), watched always, level-triggered.
+/// The RMA channels we serve (path/rma.rs), watched always, level-triggered.
 const TOKEN_RMA: u64 = 4;
+/// Our own RMA channels, where replies come: one-shot, like the
+/// connection set, armed by a sleeper with ops in flight.
+const TOKEN_RMA_OUT: u64 = 5;
 /// How often the FLIH checks the peers it could not watch with a pidfd.
 const PID_POLL_NS: u64 = 100_000_000;
 /// The connection set sits in the FLIH's set one-shot: it wakes the FLIH
@@ -80,7 +83,8 @@ impl Flih {
         epoll.add(&listener, readable(TOKEN_LISTENER)).map_err(|_| Error::Internal)?;
         epoll.add(peers.pid_poll_kick(), readable(TOKEN_PID_POLL)).map_err(|_| Error::Internal)?;
         epoll.add(&tcp.conn_set().0, EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS)).map_err(|_| Error::Internal)?;
-        epoll.add(&rma.set().0, readable(TOKEN_RMA)).map_err(|_| Error::Internal)?;
+        epoll.add(&rma.serve_set().0, readable(TOKEN_RMA)).map_err(|_| Error::Internal)?;
+        epoll.add(&rma.out_set().0, EpollEvent::new(CONNS_IN_FLIH, TOKEN_RMA_OUT)).map_err(|_| Error::Internal)?;
         Ok(Flih { epoll, shutdown, listener, accepted_default_congestion, next_token: AtomicU64::new(3) })
     }
 
@@ -101,6 +105,12 @@ impl Flih {
     #[inline]
     pub(crate) fn rearm_conns(&self, tcp: &TcpSide) {
         let _ = self.epoll.modify(&tcp.conn_set().0, &mut EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS));
+    }
+
+    /// Let replies to our RMA ops wake the FLIH again (once).
+    #[inline]
+    pub(crate) fn rearm_rma_out(&self, rma: &RmaSide) {
+        let _ = self.epoll.modify(&rma.out_set().0, &mut EpollEvent::new(CONNS_IN_FLIH, TOKEN_RMA_OUT));
     }
 
     /// End the thread's loop (Endpoint's drop).
@@ -173,7 +183,8 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
                 }
                 TOKEN_CONNS => inner.wake_sleepers_for_conns(),
                 TOKEN_PID_POLL => inner.poll_pids(),
-                TOKEN_RMA => inner.poll_rma(),
+                TOKEN_RMA => inner.poll_rma_served(),
+                TOKEN_RMA_OUT => inner.poll_rma_out(),
                 #[cfg(test)]
                 TOKEN_TEST_PANIC => panic!("test hook"),
                 t if t & PID_BIT != 0 => inner.process_exited((t & !PID_BIT) as u32),
@@ -240,10 +251,7 @@ fn handshake_step(inner: &Inner, pending: &mut PendingSet, token: u64) {
                 return;
             }
             if t.connector & handshake::CHANNEL_RMA != 0 {
-                // An RMA channel: served here, never a message connection.
-                if let Ok(conn) = inner.rma_conn_for(p.stream, t.connector & !handshake::CHANNEL_RMA) {
-                    let _ = inner.rma_add(&Arc::new(conn));
-                }
+                inner.rma_accept(p.stream, t.connector & !handshake::CHANNEL_RMA);
                 return;
             }
             let set = inner.tcp.conn_set().clone();

@@ -639,6 +639,9 @@ impl Inner {
         let Some(shm) = self.poll_queue(window, cb) else { return d };
         d.shm = shm;
         self.poll_conns();
+        if self.rma.in_flight() {
+            self.poll_rma_out();
+        }
         d.tcp = self.drain_inbox(w, cb);
         if d.shm + d.tcp == 0 && w.peer_events_ready.load(Ordering::Acquire) {
             let mut events = lock(&w.peer_events);

@@ -3,14 +3,18 @@
 //!
 //! An initiator opens one channel per target (the handshake with
 //! CHANNEL_RMA), sends requests on it from any thread, and keeps each
-//! in `ops` until its reply.  Both ends' channels sit in their own epoll
-//! set, which the FLIH watches always (not only while someone sleeps, as
-//! it does the message connections): the target's FLIH serves requests
-//! on exposed memory, and the initiator's FLIH takes replies, puts their
-//! data in place and reports each op like an ended read
-//! (`reads_done`, with a ring of its window).  So an operation completes
-//! whether the target computes, sleeps or progresses, and costs no
-//! application thread on the target.
+//! in `ops` until its reply.  The channels a target accepted sit in the
+//! `serve` set, which its FLIH watches always (not only while someone
+//! sleeps, as it does the message connections) and serves itself on
+//! exposed memory: an operation completes whether the target computes,
+//! sleeps or progresses, and costs no application thread there.  The
+//! initiator's own channels sit in the `out` set, where replies arrive:
+//! its progress passes read them while ops are in flight (the thread
+//! waiting for an op is usually spinning in one), and its FLIH only
+//! while one of its threads sleeps, as for message connections (one
+//! thread hand-off less per op).  A reply puts its data in place and
+//! reports the op like an ended read (`reads_done`, with a ring of its
+//! window).
 
 use crate::endpoint::peers::Peer;
 use crate::endpoint::Inner;
@@ -24,7 +28,7 @@ use crate::sys::error::{Error, Result};
 use crate::sys::sync::lock;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The largest put or get of one request: its frame stays under the
@@ -44,10 +48,16 @@ struct Pending {
 
 /// The endpoint's RMA channels, both directions, and its ops in flight.
 pub(crate) struct RmaSide {
-    /// Every channel, edge-triggered; the FLIH watches the set itself.
-    set: Arc<Epoll>,
+    /// Channels others opened to us, edge-triggered; the FLIH watches the
+    /// set always.
+    serve: Arc<Epoll>,
+    /// Channels we opened; progress passes poll it while ops are in
+    /// flight, the FLIH watches it (one-shot) while a thread sleeps.
+    out: Arc<Epoll>,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
     ops: Mutex<HashMap<u32, Pending>>,
+    /// ops.len(), readable without the lock.
+    in_flight: AtomicUsize,
     next: AtomicU32,
     /// No request body is ever larger than BODY_AHEAD: no budget.
     budget: RxBudget,
@@ -55,17 +65,32 @@ pub(crate) struct RmaSide {
 
 impl RmaSide {
     pub(crate) fn new() -> Result<RmaSide> {
+        let set = || Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map(Arc::new).map_err(|_| Error::Internal);
         Ok(RmaSide {
-            set: Arc::new(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?),
+            serve: set()?,
+            out: set()?,
             conns: Mutex::new(HashMap::new()),
             ops: Mutex::new(HashMap::new()),
+            in_flight: AtomicUsize::new(0),
             next: AtomicU32::new(0),
             budget: RxBudget::new(0),
         })
     }
 
-    pub(crate) fn set(&self) -> &Arc<Epoll> {
-        &self.set
+    /// The set of channels we serve (the FLIH's, always).
+    pub(crate) fn serve_set(&self) -> &Arc<Epoll> {
+        &self.serve
+    }
+
+    /// The set of our own channels (the FLIH's while a thread sleeps).
+    pub(crate) fn out_set(&self) -> &Arc<Epoll> {
+        &self.out
+    }
+
+    /// Any op of ours waiting for its reply?
+    #[inline]
+    pub(crate) fn in_flight(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) != 0
     }
 }
 
@@ -90,17 +115,27 @@ impl Inner {
             id = self.rma.next.fetch_add(1, Ordering::Relaxed);
         }
         ops.insert(id, Pending { task, window, conn: conn.token, dst, cookie });
-        // The reply may come (on the FLIH) before send returns: the op is
-        // in the table first, and the table is free again before sending.
+        self.rma.in_flight.store(ops.len(), Ordering::Relaxed);
+        // The reply may come (on another thread) before send returns: the
+        // op is in the table first, and the table is free again before
+        // sending.
         drop(ops);
         let req = Request { id, addr, key, op };
         let head = req.header();
         let hdr = FrameHeader { len: (head.len() + data.len()) as u64, window: 0, tag: op.tag(), kind: frame::KIND_MESSAGE };
         if let Err(e) = conn.send(hdr, &[&head, data], self.cfg.max_backlog) {
-            lock(&self.rma.ops).remove(&id);
+            self.rma_take(id);
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Take op `id` out of the table.
+    fn rma_take(&self, id: u32) -> Option<Pending> {
+        let mut ops = lock(&self.rma.ops);
+        let p = ops.remove(&id);
+        self.rma.in_flight.store(ops.len(), Ordering::Relaxed);
+        p
     }
 
     /// Our channel to `p`, opened on first use.
@@ -115,32 +150,45 @@ impl Inner {
         let addr = *p.addr.get().ok_or(Error::UnknownTask)?;
         let stream = self.greet_as(&addr, self.cfg.task | CHANNEL_RMA)?;
         let conn = Arc::new(
-            Conn::new(stream, self.new_token(), p.task, self.buf_pool.clone(), self.rma.set.clone()).map_err(|_| Error::Network)?,
+            Conn::new(stream, self.new_token(), p.task, self.buf_pool.clone(), self.rma.out.clone()).map_err(|_| Error::Network)?,
         );
-        self.rma_add(&conn)?;
+        self.rma_add(&conn, &self.rma.out)?;
         *slot = Some(conn.clone());
         Ok(conn)
     }
 
-    /// FLIH: a channel passed the handshake (either side's).
-    pub(crate) fn rma_add(&self, conn: &Arc<Conn>) -> Result<()> {
+    /// A channel passed the handshake: track it in `set` (ours or served).
+    fn rma_add(&self, conn: &Arc<Conn>, set: &Epoll) -> Result<()> {
         let mut conns = lock(&self.rma.conns);
-        self.rma.set.add(&conn.stream, EpollEvent::new(CONN_EVENTS, conn.token)).map_err(|_| Error::Network)?;
+        set.add(&conn.stream, EpollEvent::new(CONN_EVENTS, conn.token)).map_err(|_| Error::Network)?;
         conns.insert(conn.token, conn.clone());
         Ok(())
     }
 
-    /// A connection accepted with the RMA bit: the FLIH's, with the
-    /// connection set of its own.
-    pub(crate) fn rma_conn_for(&self, stream: std::net::TcpStream, task: u32) -> std::io::Result<Conn> {
-        Conn::new(stream, self.new_token(), task, self.buf_pool.clone(), self.rma.set.clone())
+    /// FLIH: a connection accepted with the RMA bit, from `task`: served
+    /// here, never a message connection.
+    pub(crate) fn rma_accept(&self, stream: std::net::TcpStream, task: u32) {
+        if let Ok(conn) = Conn::new(stream, self.new_token(), task, self.buf_pool.clone(), self.rma.serve.clone()) {
+            let _ = self.rma_add(&Arc::new(conn), &self.rma.serve);
+        }
     }
 
-    /// FLIH: serve and complete what the channels hold, without blocking.
-    pub(crate) fn poll_rma(&self) {
+    /// FLIH: serve the requests the channels we accepted hold.
+    pub(crate) fn poll_rma_served(&self) {
+        self.poll_rma(&self.rma.serve);
+    }
+
+    /// Complete the ops whose replies arrived (a progress pass while ops
+    /// are in flight; the FLIH while a thread sleeps).
+    pub(crate) fn poll_rma_out(&self) {
+        self.poll_rma(&self.rma.out);
+    }
+
+    /// Handle what `set` reports now, without blocking.
+    fn poll_rma(&self, set: &Epoll) {
         let mut events = [EpollEvent::empty(); 32];
         loop {
-            let n = sys::epoll_wait(&self.rma.set, &mut events, 0).unwrap_or(0);
+            let n = sys::epoll_wait(set, &mut events, 0).unwrap_or(0);
             for ev in &events[..n] {
                 let (token, bits) = (ev.data(), ev.events());
                 let Some(conn) = lock(&self.rma.conns).get(&token).cloned() else { continue };
@@ -221,12 +269,14 @@ impl Inner {
     /// this channel for.
     fn rma_reply(&self, conn: &Arc<Conn>, body: &[u8]) -> bool {
         let Some((r, data)) = Reply::decode(body) else { return false };
-        let Some(p) = lock(&self.rma.ops).remove(&r.id) else { return false };
-        if p.conn != conn.token {
-            // Another channel's op: put it back, end this channel.
-            lock(&self.rma.ops).insert(r.id, p);
-            return false;
+        {
+            let ops = lock(&self.rma.ops);
+            // Only an op this channel carried.
+            if ops.get(&r.id).is_none_or(|p| p.conn != conn.token) {
+                return false;
+            }
         }
+        let Some(p) = self.rma_take(r.id) else { return false };
         let status = if r.status != rma::STATUS_OK {
             Err(Error::InvalidArgument)
         } else if let Some(mut dst) = p.dst {
@@ -252,7 +302,8 @@ impl Inner {
     /// A channel ended: its ops in flight fail.
     fn rma_drop(&self, conn: &Arc<Conn>) {
         conn.dead.store(true, Ordering::Release);
-        let _ = self.rma.set.delete(&conn.stream);
+        let _ = self.rma.serve.delete(&conn.stream);
+        let _ = self.rma.out.delete(&conn.stream);
         lock(&self.rma.conns).remove(&conn.token);
         let _ = conn.stream.shutdown(std::net::Shutdown::Both);
         self.rma_fail(|p| p.conn == conn.token);
@@ -267,7 +318,9 @@ impl Inner {
         let failed: Vec<Pending> = {
             let mut ops = lock(&self.rma.ops);
             let ids: Vec<u32> = ops.iter().filter(|(_, p)| which(p)).map(|(id, _)| *id).collect();
-            ids.into_iter().filter_map(|id| ops.remove(&id)).collect()
+            let gone = ids.into_iter().filter_map(|id| ops.remove(&id)).collect();
+            self.rma.in_flight.store(ops.len(), Ordering::Relaxed);
+            gone
         };
         for p in failed {
             self.report_read(p.window, ReadDone { cookie: p.cookie, status: Err(Error::PeerLost) });
