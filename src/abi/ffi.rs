@@ -983,7 +983,9 @@ pub unsafe extern "C" fn doorbell_expose_rma(
 /// it under `key` (doorbell_expose_rma) for writes, over TCP.  `src` may be
 /// reused at return; doorbell_reads_done(window) reports `cookie` once the
 /// bytes are in the target's memory (DOORBELL_OK), or that they will never
-/// be (PEER_LOST; INVALID_ARGUMENT: outside what `key` grants).
+/// be (PEER_LOST; INVALID_ARGUMENT: outside what `key` grants).  The
+/// answer is taken in by this endpoint's doorbell_progress or
+/// doorbell_wait (on any window), as a read's data is, and rings `window`.
 /// Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH (over 512 KiB),
 /// PEER_LOST, NETWORK, WOULD_BLOCK (the channel's send queue is full: try
 /// again), INVALID_ARGUMENT (NULL src with len > 0).
