@@ -642,6 +642,9 @@ impl Inner {
         if self.rma.in_flight() {
             self.poll_rma_out();
         }
+        if self.tcp.exposures().any_shared() {
+            self.serve_rma_in_pass();
+        }
         d.tcp = self.drain_inbox(w, cb);
         if d.shm + d.tcp == 0 && w.peer_events_ready.load(Ordering::Acquire) {
             let mut events = lock(&w.peer_events);

@@ -59,6 +59,8 @@ impl Region {
 pub struct Exposures {
     next: AtomicU64,
     map: Mutex<HashMap<u64, Arc<Region>>>,
+    /// Regions exposed to ANY_TASK (RMA windows) now.
+    shared: AtomicUsize,
 }
 
 impl Exposures {
@@ -73,6 +75,9 @@ impl Exposures {
         let key = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let r = Region { task, access, base, len, exposed: Mutex::new(true), lent: AtomicUsize::new(0) };
         lock(&self.map).insert(key, Arc::new(r));
+        if task == ANY_TASK {
+            self.shared.fetch_add(1, Ordering::Relaxed);
+        }
         Some(key)
     }
 
@@ -81,12 +86,21 @@ impl Exposures {
     /// turn them into copies before this returns.
     pub fn unexpose(&self, key: u64, copy_out: impl FnOnce(&Arc<Region>)) -> bool {
         let Some(r) = lock(&self.map).remove(&key) else { return false };
+        if r.task == ANY_TASK {
+            self.shared.fetch_sub(1, Ordering::Relaxed);
+        }
         let mut exposed = lock(&r.exposed);
         *exposed = false;
         if r.lent.load(Ordering::Acquire) > 0 {
             copy_out(&r);
         }
         true
+    }
+
+    /// Is any region exposed to ANY_TASK (an RMA window)?
+    #[inline]
+    pub fn any_shared(&self) -> bool {
+        self.shared.load(Ordering::Relaxed) != 0
     }
 
     /// The region a read request may read from: exposed to `task`, and
@@ -295,6 +309,9 @@ mod tests {
         assert!(e.check_access(3, key, 0x10f8, 9, ACCESS_WRITE).is_none(), "past its end");
         let one = e.expose(4, 0x1000, 0x100).unwrap();
         assert!(e.check_access(4, one, 0x1000, 8, ACCESS_WRITE).is_none(), "a read exposure takes no writes");
+        assert!(e.any_shared());
+        assert!(e.unexpose(key, |_| {}) && e.unexpose(one, |_| {}));
+        assert!(!e.any_shared(), "no RMA window left");
     }
 
     #[test]
