@@ -358,6 +358,9 @@ static inline void mca_btl_doorbell_idle_teach(mca_btl_doorbell_module_t *module
 /* May this rank sleep at all?  Not if another BTL (not self) is active:
  * its traffic moves only while opal_progress spins. */
 void mca_btl_doorbell_check_sleep_allowed(mca_btl_doorbell_module_t *module);
+/* With the BTL list self,doorbell, let osc sm take MPI_Win_allocate
+ * windows before osc rdma (component init; btl_doorbell_component.c says why). */
+void mca_btl_doorbell_prefer_osc_sm(void);
 /* A core error from progress or wait: a lost peer, or a report. */
 void mca_btl_doorbell_core_error(mca_btl_doorbell_module_t *module, int rc, const doorbell_wake *wake);
 
