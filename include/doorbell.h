@@ -227,6 +227,44 @@
 #define DOORBELL_SPIN_YIELDS 1
 
 /*
+ doorbell_expose_rma access: peers may get from the range.
+ */
+#define DOORBELL_RMA_READ 1
+
+/*
+ doorbell_expose_rma access: peers may put to the range.
+ */
+#define DOORBELL_RMA_WRITE 2
+
+/*
+ doorbell_expose_rma access: peers may run atomics on the range.
+ */
+#define DOORBELL_RMA_ATOMIC 4
+
+/*
+ doorbell_rma_atomic operations: `*addr op= operand`, the old value to
+ `result`.  MIN and MAX compare as signed integers.
+ */
+#define DOORBELL_AOP_ADD 1
+
+#define DOORBELL_AOP_AND 2
+
+#define DOORBELL_AOP_OR 3
+
+#define DOORBELL_AOP_XOR 4
+
+#define DOORBELL_AOP_SWAP 5
+
+#define DOORBELL_AOP_MIN 6
+
+#define DOORBELL_AOP_MAX 7
+
+/*
+ Compare-and-swap: `*addr = operand` if `*addr == compare`.
+ */
+#define DOORBELL_AOP_CSWAP 8
+
+/*
  Longest address blob doorbell_address() produces.
  */
 #define DOORBELL_ADDRESS_MAX 64
@@ -266,6 +304,50 @@
 #define DOORBELL_QUEUE_HEADER_BYTES 74368
 
 #define KIND_ABORT 4
+
+/*
+ Every task of the job may use a region exposed to this one (RMA
+ windows: rma.rs); a connection's task is proven by its handshake.
+ */
+#define ANY_TASK UINT32_MAX
+
+#define TAG_PUT 1
+
+#define TAG_GET 2
+
+#define TAG_ATOMIC 3
+
+#define TAG_CSWAP 4
+
+#define TAG_REPLY 5
+
+#define REQUEST 40
+
+#define REPLY 16
+
+/*
+ Reply statuses.
+ */
+#define STATUS_OK 0
+
+/*
+ Outside what the key exposes, or without the access it needs.
+ */
+#define STATUS_DENIED 1
+
+/*
+ A misaligned atomic, an unknown op or width.
+ */
+#define STATUS_INVALID 2
+
+/*
+ The access an exposure must grant for each kind of request.
+ */
+#define ACCESS_READ 1
+
+#define ACCESS_WRITE 2
+
+#define ACCESS_ATOMIC 4
 
 /*
  Opaque per-process endpoint.  Any thread may send; each window should be
@@ -726,9 +808,10 @@ int doorbell_unexpose(struct doorbell_endpoint *ep, uint64_t key);
 int doorbell_read(struct doorbell_endpoint *ep, uint32_t task, uint32_t window, void *dst, size_t len, uint64_t addr, uint64_t key, uint64_t cookie);
 
 /*
- Move up to `max` reads of `window` that ended into `out`.  Returns how
- many (>= 0), UNKNOWN_WINDOW, or INVALID_ARGUMENT (NULL out with max > 0).
- A read ending also notifies its window (a doorbell_wait returns).
+ Move up to `max` reads (doorbell_read) and RMA operations
+ (doorbell_rma_*) of `window` that ended into `out`.  Returns how many
+ (>= 0), UNKNOWN_WINDOW, or INVALID_ARGUMENT (NULL out with max > 0).
+ One ending also notifies its window (a doorbell_wait returns).
  */
 int doorbell_reads_done(struct doorbell_endpoint *ep, uint32_t window, struct doorbell_read_result *out, size_t max);
 
@@ -738,6 +821,53 @@ int doorbell_reads_done(struct doorbell_endpoint *ep, uint32_t window, struct do
  that waits for reads counts it as activity, not idleness.
  */
 int doorbell_reads_moved(struct doorbell_endpoint *ep);
+
+/*
+ Let every task of the job use `len` bytes at `base` of this process's
+ memory with `access` (DOORBELL_RMA_READ | _WRITE | _ATOMIC, at least
+ one) through doorbell_rma_put/get/atomic, until doorbell_unexpose(*key_out).
+ The memory must stay valid until then.  This process's event thread
+ serves those operations, whatever its other threads do.
+ Errors: INVALID_ARGUMENT (NULL key_out, no or unknown access bits),
+ BAD_LENGTH (the range wraps).
+ */
+int doorbell_expose_rma(struct doorbell_endpoint *ep, const void *base, size_t len, uint32_t access, uint64_t *key_out);
+
+/*
+ Put `len` bytes from `src` at address `addr` of `task`, which exposed
+ it under `key` (doorbell_expose_rma) for writes, over TCP.  `src` may be
+ reused at return; doorbell_reads_done(window) reports `cookie` once the
+ bytes are in the target's memory (DOORBELL_OK), or that they will never
+ be (PEER_LOST; INVALID_ARGUMENT: outside what `key` grants).  The
+ answer is taken in by this endpoint's doorbell_progress or
+ doorbell_wait (on any window), as a read's data is, and rings `window`.
+ Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH (over 512 KiB),
+ PEER_LOST, NETWORK, WOULD_BLOCK (the channel's send queue is full: try
+ again), INVALID_ARGUMENT (NULL src with len > 0).
+ */
+int doorbell_rma_put(struct doorbell_endpoint *ep, uint32_t task, uint32_t window, const void *src, size_t len, uint64_t addr, uint64_t key, uint64_t cookie);
+
+/*
+ Get `len` bytes at address `addr` of `task` (exposed under `key` for
+ reads) into `dst`, over TCP.  `dst` must stay valid, and untouched,
+ until doorbell_reads_done(window) reports `cookie`.  Errors as
+ doorbell_rma_put (NULL dst with len > 0).
+ */
+int doorbell_rma_get(struct doorbell_endpoint *ep, uint32_t task, uint32_t window, void *dst, size_t len, uint64_t addr, uint64_t key, uint64_t cookie);
+
+/*
+ Run atomic `op` (DOORBELL_AOP_*) on the `width`-byte (4 or 8, aligned)
+ integer at address `addr` of `task` (exposed under `key` for atomics),
+ in the target's process, with its CPU's atomic instructions: atomic
+ with every other such op and with the target's own atomics there.
+ CSWAP stores `operand` if the value equals `compare`; other ops ignore
+ `compare`.  The old value goes to `result` (`width` bytes, native
+ order; NULL: not wanted), which must stay valid until
+ doorbell_reads_done(window) reports `cookie` (INVALID_ARGUMENT there:
+ misaligned, or outside what `key` grants).  Errors as doorbell_rma_put,
+ and INVALID_ARGUMENT for an unknown op or width.
+ */
+int doorbell_rma_atomic(struct doorbell_endpoint *ep, uint32_t task, uint32_t window, uint32_t op, uint32_t width, uint64_t operand, uint64_t compare, void *result, uint64_t addr, uint64_t key, uint64_t cookie);
 
 /*
  The spin/sleep learner of `window`, for a caller that runs its own wait

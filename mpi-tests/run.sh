@@ -25,6 +25,9 @@
 #   RUN_TIMEOUT     seconds for one mpirun                   (240)
 #   TESTS           names to run, default all: pingpong anysource probe
 #                   alltoall_nb ssend_vector collectives threads idle_cpu idle_point
+#                   rma_win (doorbell only: MPI_Win_create windows with Open
+#                   MPI's default osc, i.e. osc rdma over doorbell's put, get
+#                   and atomics; no osc flag)
 #                   alltoall_wide (alltoall_nb at NP_WIDE ranks, oversubscribed:
 #                   every pair on shm, every byte checked; base variant only)
 #                   rust netpipe mpi4py stranger (doorbell, single node only)
@@ -63,13 +66,13 @@ NP_WIDE=${NP_WIDE:-64}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 SHM_GLOB=${SHM_GLOB:-/dev/shm/doorbell*}
 SHM_STRICT=${SHM_STRICT:-0}
-TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point alltoall_wide rust netpipe mpi4py stranger kill_ranks corrupt_header tcp_protocols}
+TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point rma_win alltoall_wide rust netpipe mpi4py stranger kill_ranks corrupt_header tcp_protocols}
 OUT=${OUT:-$ROOT/target/mpi-tests}
 BIN=$OUT/bin
 LOGS=$OUT/logs
 RUST_TARGET=$ROOT/target/mpi-tests-rust
 PY=/usr/bin/python3 # Debian's python3-mpi4py lives there, not in a pyenv/venv python
-C_PROGRAMS=(pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point)
+C_PROGRAMS=(pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point rma_win)
 
 PASSED=0
 FAILED=0
@@ -288,6 +291,12 @@ for variant in "${VARIANTS[@]}"; do
             case $p in
             pingpong) args=("$PINGPONG_MAX") ;;
             idle_cpu) if is_doorbell "$BTL"; then args=("$IDLE_CPU_LIMIT"); else args=(); fi ;;
+            # over TCP the target's event thread serves atomics too: they
+            # must complete while it computes
+            rma_win)
+                is_doorbell "$BTL" || continue
+                if [[ $variant == force_tcp ]]; then args=(1); else args=(0); fi
+                ;;
             *) args=() ;;
             esac
             run_mpi "$p np=$np $vt" "$np" "$BTL" "$variant" "^$p: OK" "$BIN/$p" "${args[@]}" || true

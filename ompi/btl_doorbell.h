@@ -154,7 +154,11 @@ typedef struct mca_btl_doorbell_module_t {
     uint64_t sends_queued;
     uint64_t single_copy_reads;       /* btl_get calls served by process_vm_readv */
     uint64_t tcp_reads;               /* btl_get calls served over TCP (the core's read) */
-    volatile int32_t nreads;          /* TCP reads not yet completed (polled in progress) */
+    uint64_t single_copy_writes;      /* btl_put calls served by process_vm_writev */
+    uint64_t rma_ops;                 /* put, get and atomics of osc rdma over TCP (RMA channels) */
+    uint64_t shm_atomics;             /* atomics sent to a same-node target */
+    uint64_t atomics_served;          /* atomics run here for a same-node initiator */
+    volatile int32_t nreads;          /* TCP reads and RMA ops not yet ended (polled in progress) */
 } mca_btl_doorbell_module_t;
 
 extern mca_btl_doorbell_module_t mca_btl_doorbell_module;      /* shm, and the shared state */
@@ -229,19 +233,51 @@ typedef struct {
 extern const uint64_t mca_btl_doorbell_cma_probe_word;
 /* true if this process can read the peer's memory */
 bool mca_btl_doorbell_cma_probe(pid_t pid, uint64_t probe_address);
-/* TCP reads (btl_doorbell_get.c): ob1 registers a buffer it sends by RGET
- * to a peer on another node; the handle carries the key the core exposed
- * the range under, for that peer only. */
+/* Registration (btl_doorbell_get.c).  Over shared memory nothing is
+ * registered (single copy and atomics use addresses).  Over TCP, ob1
+ * registers a buffer it sends by RGET to one peer: the core exposes that
+ * range to that peer only, for reads over the message connection
+ * (doorbell_read).  osc rdma registers a window for every peer
+ * (MCA_BTL_ENDPOINT_ANY): the core exposes it to the job's tasks over RMA
+ * channels (doorbell_expose_rma), served by the target's event thread. */
 struct mca_btl_base_registration_handle_t {
     uint64_t key; /* 0: a local buffer, nothing exposed */
+    uint32_t rma; /* 1: key is an RMA exposure (doorbell_rma_*) */
+    uint32_t pad;
 };
 mca_btl_base_registration_handle_t *mca_btl_doorbell_register_mem(struct mca_btl_base_module_t *btl,
                                                                   struct mca_btl_base_endpoint_t *endpoint,
                                                                   void *base, size_t size, uint32_t flags);
 int mca_btl_doorbell_deregister_mem(struct mca_btl_base_module_t *btl,
                                     mca_btl_base_registration_handle_t *handle);
-/* Complete the TCP reads that ended; returns how many. */
+/* Complete the TCP reads and RMA operations that ended; returns how many. */
 int mca_btl_doorbell_reads_progress(mca_btl_doorbell_module_t *module);
+
+/* An RDMA operation in flight over TCP (a read, an RMA op) or an atomic
+ * waiting for a same-node target's answer: what ob1's or osc rdma's
+ * completion callback needs.  A TCP get larger than one core op is split:
+ * `parts` core ops, the callback once the last ends. */
+typedef struct mca_btl_doorbell_rdma_op_t {
+    struct mca_btl_base_module_t *btl;
+    struct mca_btl_base_endpoint_t *endpoint;
+    void *local_address;
+    struct mca_btl_base_registration_handle_t *local_handle;
+    mca_btl_base_rdma_completion_fn_t cbfunc;
+    void *cbcontext;
+    void *cbdata;
+    volatile int32_t parts;
+    volatile int32_t status;
+    /* same-node atomics (btl_doorbell_rdma.c) */
+    uint64_t id;
+    uint32_t width;
+    uint32_t task;
+} mca_btl_doorbell_rdma_op_t;
+
+/* One part of `op` ended with `status` (OPAL_*); after the last, the
+ * callback runs (with the first failure, if any) and `op` is freed. */
+void mca_btl_doorbell_rdma_op_end(mca_btl_doorbell_module_t *module, mca_btl_doorbell_rdma_op_t *op,
+                                  int status);
+int mca_btl_doorbell_status_to_opal(int rc);
 
 int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
                          void *local_address, uint64_t remote_address,
@@ -249,6 +285,51 @@ int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_
                          struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
                          int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
                          void *cbcontext, void *cbdata);
+/* process_vm_readv/writev of a same-node peer; OPAL_SUCCESS or OPAL_ERROR */
+int mca_btl_doorbell_cma(pid_t pid, void *local, uint64_t remote, size_t size, bool write);
+
+/* ---- put and atomics (btl_doorbell_rdma.c) ---- */
+
+/* The core's largest RMA op over TCP (path/rma.rs RMA_MAX). */
+#define MCA_BTL_DOORBELL_RMA_MAX (512 * 1024)
+/* The BTL-private tag of same-node atomics and their answers. */
+#define MCA_BTL_DOORBELL_TAG_ATOMIC (MCA_BTL_TAG_BTL + 12)
+
+int mca_btl_doorbell_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
+                         void *local_address, uint64_t remote_address,
+                         struct mca_btl_base_registration_handle_t *local_handle,
+                         struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                         int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
+                         void *cbcontext, void *cbdata);
+int mca_btl_doorbell_atomic_op(struct mca_btl_base_module_t *btl,
+                               struct mca_btl_base_endpoint_t *endpoint, uint64_t remote_address,
+                               struct mca_btl_base_registration_handle_t *remote_handle,
+                               mca_btl_base_atomic_op_t op, uint64_t operand, int flags, int order,
+                               mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                               void *cbdata);
+int mca_btl_doorbell_atomic_fop(struct mca_btl_base_module_t *btl,
+                                struct mca_btl_base_endpoint_t *endpoint, void *local_address,
+                                uint64_t remote_address,
+                                struct mca_btl_base_registration_handle_t *local_handle,
+                                struct mca_btl_base_registration_handle_t *remote_handle,
+                                mca_btl_base_atomic_op_t op, uint64_t operand, int flags, int order,
+                                mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                                void *cbdata);
+int mca_btl_doorbell_atomic_cswap(struct mca_btl_base_module_t *btl,
+                                  struct mca_btl_base_endpoint_t *endpoint, void *local_address,
+                                  uint64_t remote_address,
+                                  struct mca_btl_base_registration_handle_t *local_handle,
+                                  struct mca_btl_base_registration_handle_t *remote_handle,
+                                  uint64_t compare, uint64_t value, int flags, int order,
+                                  mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                                  void *cbdata);
+/* The receive side of same-node atomics: a request (run it, answer) or an
+ * answer (complete the op).  From the receive callback, for tag
+ * MCA_BTL_DOORBELL_TAG_ATOMIC. */
+void mca_btl_doorbell_atomic_recv(mca_btl_doorbell_module_t *module, uint32_t task,
+                                  const uint8_t *data, size_t len);
+/* The flags and limits of both modules' RDMA interface (component init). */
+void mca_btl_doorbell_rdma_setup(mca_btl_base_module_t *shm, mca_btl_base_module_t *tcp);
 
 /* ---- the idle point (hooks/btl_doorbell_idle.c) ---- */
 
@@ -278,6 +359,9 @@ static inline void mca_btl_doorbell_idle_teach(mca_btl_doorbell_module_t *module
 /* May this rank sleep at all?  Not if another BTL (not self) is active:
  * its traffic moves only while opal_progress spins. */
 void mca_btl_doorbell_check_sleep_allowed(mca_btl_doorbell_module_t *module);
+/* With the BTL list self,doorbell, let osc sm take MPI_Win_allocate
+ * windows before osc rdma (component init; btl_doorbell_component.c says why). */
+void mca_btl_doorbell_prefer_osc_sm(void);
 /* A core error from progress or wait: a lost peer, or a report. */
 void mca_btl_doorbell_core_error(mca_btl_doorbell_module_t *module, int rc, const doorbell_wake *wake);
 

@@ -1,5 +1,6 @@
-/* btl_doorbell_get.c -- single-copy reads: from a same-node peer (CMA),
- * or over the TCP connection from a peer on another node.
+/* btl_doorbell_get.c -- registration and gets: single-copy reads from a
+ * same-node peer (CMA), over the TCP connection from a peer on another
+ * node (ob1's RGET), or over RMA channels (osc rdma's windows).
  *
  * A large message through the ring costs two copies: the sender's into the
  * ring, the receiver's out of it.  With MCA_BTL_FLAGS_GET, ob1 sends large
@@ -38,19 +39,8 @@
 #include "btl_doorbell.h"
 #include "btl_doorbell_endpoint.h"
 
-/* A TCP read in flight: what ob1's completion callback needs. */
-typedef struct {
-    struct mca_btl_base_module_t *btl;
-    struct mca_btl_base_endpoint_t *endpoint;
-    void *local_address;
-    struct mca_btl_base_registration_handle_t *local_handle;
-    mca_btl_base_rdma_completion_fn_t cbfunc;
-    void *cbcontext;
-    void *cbdata;
-} tcp_read_t;
-
 /* The handle of a buffer nobody reads remotely (ob1 registers the
- * receiving side of a get too). */
+ * receiving side of a get too, and osc rdma its fragments). */
 static mca_btl_base_registration_handle_t local_only = {.key = 0};
 
 mca_btl_base_registration_handle_t *mca_btl_doorbell_register_mem(struct mca_btl_base_module_t *btl,
@@ -59,12 +49,38 @@ mca_btl_base_registration_handle_t *mca_btl_doorbell_register_mem(struct mca_btl
 {
     mca_btl_doorbell_module_t *module = (mca_btl_doorbell_module_t *) btl;
     mca_btl_base_registration_handle_t *h;
+    uint32_t access = 0;
 
+    if (flags & MCA_BTL_REG_FLAG_REMOTE_READ) {
+        access |= DOORBELL_RMA_READ;
+    }
+    if (flags & MCA_BTL_REG_FLAG_REMOTE_WRITE) {
+        access |= DOORBELL_RMA_WRITE;
+    }
+    if (flags & MCA_BTL_REG_FLAG_REMOTE_ATOMIC) {
+        access |= DOORBELL_RMA_ATOMIC;
+    }
+    if (MCA_BTL_ENDPOINT_ANY == endpoint) {
+        /* osc rdma's window (or state): every peer, over RMA channels */
+        if (0 == access) {
+            return &local_only;
+        }
+        h = malloc(sizeof(*h));
+        if (NULL == h) {
+            return NULL;
+        }
+        *h = (mca_btl_base_registration_handle_t){.rma = 1};
+        if (DOORBELL_OK != doorbell_expose_rma(module->main->core, base, size, access, &h->key)) {
+            free(h);
+            return NULL;
+        }
+        return h;
+    }
     if (!(flags & MCA_BTL_REG_FLAG_REMOTE_READ)) {
         return &local_only;
     }
-    /* A range is exposed to one peer: no wildcard endpoint. */
-    if (NULL == endpoint || MCA_BTL_ENDPOINT_ANY == endpoint || endpoint->lost) {
+    /* ob1's RGET: a range is exposed to one peer */
+    if (NULL == endpoint || endpoint->lost) {
         return NULL;
     }
     /* NULL: ob1 sends this message by rendezvous and fragments instead */
@@ -75,6 +91,7 @@ mca_btl_base_registration_handle_t *mca_btl_doorbell_register_mem(struct mca_btl
     if (NULL == h) {
         return NULL;
     }
+    *h = (mca_btl_base_registration_handle_t){.rma = 0};
     if (DOORBELL_OK != doorbell_expose(module->main->core, endpoint->task, base, size, &h->key)) {
         free(h);
         return NULL;
@@ -96,6 +113,44 @@ int mca_btl_doorbell_deregister_mem(struct mca_btl_base_module_t *btl,
     return OPAL_SUCCESS;
 }
 
+int mca_btl_doorbell_status_to_opal(int rc)
+{
+    switch (rc) {
+    case DOORBELL_OK:
+        return OPAL_SUCCESS;
+    case DOORBELL_ERR_WOULD_BLOCK:
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    case DOORBELL_ERR_PEER_LOST:
+    case DOORBELL_ERR_UNKNOWN_TASK:
+    case DOORBELL_ERR_NETWORK:
+        return OPAL_ERR_UNREACH;
+    case DOORBELL_ERR_INVALID_ARGUMENT:
+    case DOORBELL_ERR_BAD_LENGTH:
+        return OPAL_ERR_BAD_PARAM;
+    default:
+        return OPAL_ERROR;
+    }
+}
+
+void mca_btl_doorbell_rdma_op_end(mca_btl_doorbell_module_t *module, mca_btl_doorbell_rdma_op_t *op,
+                                  int status)
+{
+    (void) module;
+    if (OPAL_SUCCESS != status) {
+        int32_t none = OPAL_SUCCESS;
+        (void) opal_atomic_compare_exchange_strong_32(&op->status, &none, status);
+    }
+    /* the issuing thread and a progress pass may end parts at once */
+    if (OPAL_THREAD_ADD_FETCH32(&op->parts, -1) > 0) {
+        return;
+    }
+    op->cbfunc(op->btl, op->endpoint, op->local_address, op->local_handle, op->cbcontext,
+               op->cbdata, op->status);
+    free(op);
+}
+
+/* A get over TCP: ob1's RGET (a read over the message connection), or osc
+ * rdma's (RMA channels, in pieces of at most the core's largest op). */
 static int tcp_get(mca_btl_doorbell_module_t *module, struct mca_btl_base_endpoint_t *endpoint,
                    void *local_address, uint64_t remote_address,
                    struct mca_btl_base_registration_handle_t *local_handle,
@@ -103,8 +158,9 @@ static int tcp_get(mca_btl_doorbell_module_t *module, struct mca_btl_base_endpoi
                    mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata)
 {
     mca_btl_doorbell_module_t *main = module->main;
-    tcp_read_t *op;
-    int rc;
+    mca_btl_doorbell_rdma_op_t *op;
+    int rc = DOORBELL_OK;
+    size_t done = 0;
 
     if (OPAL_UNLIKELY(NULL == remote_handle || 0 == remote_handle->key)) {
         return OPAL_ERR_NOT_AVAILABLE;
@@ -113,21 +169,51 @@ static int tcp_get(mca_btl_doorbell_module_t *module, struct mca_btl_base_endpoi
     if (OPAL_UNLIKELY(NULL == op)) {
         return OPAL_ERR_OUT_OF_RESOURCE;
     }
-    *op = (tcp_read_t){.btl = &module->super, .endpoint = endpoint, .local_address = local_address,
-                       .local_handle = local_handle, .cbfunc = cbfunc, .cbcontext = cbcontext,
-                       .cbdata = cbdata};
-    /* counted first: a progress pass on another thread may end it at once */
-    OPAL_THREAD_ADD_FETCH32(&main->nreads, 1);
-    rc = doorbell_read(main->core, endpoint->task, MCA_BTL_DOORBELL_WINDOW, local_address, size,
-                       remote_address, remote_handle->key, (uint64_t) (uintptr_t) op);
-    if (OPAL_UNLIKELY(DOORBELL_OK != rc)) {
-        OPAL_THREAD_ADD_FETCH32(&main->nreads, -1);
+    *op = (mca_btl_doorbell_rdma_op_t){.btl = &module->super, .endpoint = endpoint,
+                                       .local_address = local_address, .local_handle = local_handle,
+                                       .cbfunc = cbfunc, .cbcontext = cbcontext, .cbdata = cbdata,
+                                       .parts = 1, .status = OPAL_SUCCESS};
+    /* The extra part (the 1 above) keeps the op alive while its pieces
+     * start: a progress pass on another thread may end them at once. */
+    do {
+        size_t piece = remote_handle->rma && size - done > MCA_BTL_DOORBELL_RMA_MAX
+                           ? MCA_BTL_DOORBELL_RMA_MAX
+                           : size - done;
+        OPAL_THREAD_ADD_FETCH32(&main->nreads, 1);
+        OPAL_THREAD_ADD_FETCH32(&op->parts, 1);
+        if (remote_handle->rma) {
+            rc = doorbell_rma_get(main->core, endpoint->task, MCA_BTL_DOORBELL_WINDOW,
+                                  (char *) local_address + done, piece, remote_address + done,
+                                  remote_handle->key, (uint64_t) (uintptr_t) op);
+        } else {
+            rc = doorbell_read(main->core, endpoint->task, MCA_BTL_DOORBELL_WINDOW, local_address,
+                               size, remote_address, remote_handle->key, (uint64_t) (uintptr_t) op);
+        }
+        if (OPAL_UNLIKELY(DOORBELL_OK != rc)) {
+            OPAL_THREAD_ADD_FETCH32(&main->nreads, -1);
+            OPAL_THREAD_ADD_FETCH32(&op->parts, -1);
+            break;
+        }
+        done += piece;
+    } while (done < size);
+
+    if (OPAL_UNLIKELY(DOORBELL_OK != rc && 0 == done)) {
+        /* nothing started: the caller hears it now, no callback */
         free(op);
+        if (DOORBELL_ERR_WOULD_BLOCK == rc) {
+            return OPAL_ERR_OUT_OF_RESOURCE;
+        }
         opal_output(0, "btl doorbell: reading %zu bytes from task %u over TCP failed: %s",
                     size, endpoint->task, doorbell_error_string(rc));
-        return DOORBELL_ERR_PEER_LOST == rc ? OPAL_ERR_UNREACH : OPAL_ERROR;
+        return mca_btl_doorbell_status_to_opal(rc);
     }
-    main->tcp_reads++;
+    if (remote_handle->rma) {
+        main->rma_ops++;
+    } else {
+        main->tcp_reads++;
+    }
+    /* a piece that did not start fails the op when the others end */
+    mca_btl_doorbell_rdma_op_end(main, op, mca_btl_doorbell_status_to_opal(rc));
     return OPAL_SUCCESS;
 }
 
@@ -139,12 +225,9 @@ int mca_btl_doorbell_reads_progress(mca_btl_doorbell_module_t *module)
     do {
         n = doorbell_reads_done(module->core, MCA_BTL_DOORBELL_WINDOW, done, 16);
         for (int i = 0; i < n; ++i) {
-            tcp_read_t *op = (tcp_read_t *) (uintptr_t) done[i].cookie;
-            int status = DOORBELL_OK == done[i].status ? OPAL_SUCCESS : OPAL_ERR_UNREACH;
+            mca_btl_doorbell_rdma_op_t *op = (mca_btl_doorbell_rdma_op_t *) (uintptr_t) done[i].cookie;
             OPAL_THREAD_ADD_FETCH32(&module->nreads, -1);
-            op->cbfunc(op->btl, op->endpoint, op->local_address, op->local_handle, op->cbcontext,
-                       op->cbdata, status);
-            free(op);
+            mca_btl_doorbell_rdma_op_end(module, op, mca_btl_doorbell_status_to_opal(done[i].status));
         }
         count += n > 0 ? n : 0;
     } while (16 == n);
@@ -160,14 +243,15 @@ int mca_btl_doorbell_reads_progress(mca_btl_doorbell_module_t *module)
 /* The word a peer reads to check that it can read this process. */
 const uint64_t mca_btl_doorbell_cma_probe_word = 0x646f6f7262656c6cull; /* "doorbell" */
 
-static int read_peer(pid_t pid, void *local, uint64_t remote, size_t size)
+int mca_btl_doorbell_cma(pid_t pid, void *local, uint64_t remote, size_t size, bool write)
 {
     size_t done = 0;
 
     while (done < size) {
         struct iovec l = {.iov_base = (char *) local + done, .iov_len = size - done};
         struct iovec r = {.iov_base = (void *) (uintptr_t) (remote + done), .iov_len = size - done};
-        ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+        ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                          : process_vm_readv(pid, &l, 1, &r, 1, 0);
         if (n < 0) {
             if (EINTR == errno) {
                 continue;
@@ -186,7 +270,7 @@ bool mca_btl_doorbell_cma_probe(pid_t pid, uint64_t probe_address)
 {
     uint64_t word = 0;
     return pid > 0 && 0 != probe_address &&
-           OPAL_SUCCESS == read_peer(pid, &word, probe_address, sizeof(word)) &&
+           OPAL_SUCCESS == mca_btl_doorbell_cma(pid, &word, probe_address, sizeof(word), false) &&
            word == mca_btl_doorbell_cma_probe_word;
 }
 
@@ -210,7 +294,7 @@ int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_
     if (OPAL_UNLIKELY(!endpoint->cma)) {
         return OPAL_ERR_NOT_AVAILABLE;
     }
-    if (OPAL_UNLIKELY(OPAL_SUCCESS != read_peer(endpoint->pid, local_address, remote_address, size))) {
+    if (OPAL_UNLIKELY(OPAL_SUCCESS != mca_btl_doorbell_cma(endpoint->pid, local_address, remote_address, size, false))) {
         opal_output(0, "btl doorbell: reading %zu bytes from task %u (pid %d) failed: %s",
                     size, endpoint->task, (int) endpoint->pid, strerror(errno));
         return OPAL_ERROR;

@@ -126,6 +126,10 @@ int mca_btl_doorbell_module_init(mca_btl_doorbell_module_t *module, doorbell_end
     module->sleeps = 0;
     module->single_copy_reads = 0;
     module->tcp_reads = 0;
+    module->single_copy_writes = 0;
+    module->rma_ops = 0;
+    module->shm_atomics = 0;
+    module->atomics_served = 0;
     module->nreads = 0;
     module->sleep_timeouts = 0;
     module->stalls = 0;
@@ -300,7 +304,8 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
     ep->cma = 1 == path && (shm->super.btl_flags & MCA_BTL_FLAGS_GET) &&
               mca_btl_doorbell_cma_probe(ep->pid, head.probe_address);
     if (1 == path && !ep->cma && (shm->super.btl_flags & MCA_BTL_FLAGS_GET)) {
-        shm->super.btl_flags &= ~MCA_BTL_FLAGS_GET;
+        /* (and PUT: osc rdma then finds no RDMA here) */
+        shm->super.btl_flags &= ~MCA_BTL_FLAGS_RDMA;
         opal_output_verbose(1, c->output,
                             "btl doorbell: %s cannot be read with process_vm_readv (other pid "
                             "namespace or ptrace policy); large messages to it and to later "
@@ -429,7 +434,8 @@ static void report_counters(mca_btl_doorbell_module_t *module)
                         "tcp_sent=%llu tcp_received=%llu shm_wakeups=%llu tcp_wakeups=%llu "
                         "peers_lost=%llu strangers_rejected=%llu sleeps=%llu sleep_timeouts=%llu "
                         "stalls=%llu late_wakeups=%llu waits_past_inbound=%llu "
-                        "sends_queued=%llu single_copy_reads=%llu tcp_reads=%llu",
+                        "sends_queued=%llu single_copy_reads=%llu single_copy_writes=%llu tcp_reads=%llu rma_ops=%llu "
+                        "shm_atomics=%llu atomics_served=%llu",
                         module->my_task, (unsigned long long) k.notifies_sent,
                         (unsigned long long) k.notifies_skipped, (unsigned long long) k.wakeups,
                         (unsigned long long) k.spurious_wakeups, (unsigned long long) k.shm_sent,
@@ -444,7 +450,11 @@ static void report_counters(mca_btl_doorbell_module_t *module)
                         (unsigned long long) k.waits_past_inbound,
                         (unsigned long long) module->sends_queued,
                         (unsigned long long) module->single_copy_reads,
-                        (unsigned long long) module->tcp_reads);
+                        (unsigned long long) module->single_copy_writes,
+                        (unsigned long long) module->tcp_reads,
+                        (unsigned long long) module->rma_ops,
+                        (unsigned long long) module->shm_atomics,
+                        (unsigned long long) module->atomics_served);
     for (uint32_t p = DOORBELL_PATH_SHM; p <= DOORBELL_PATH_TCP; ++p) {
         doorbell_spin_stats l;
         if (DOORBELL_OK != doorbell_spin_stats_get(module->core, MCA_BTL_DOORBELL_WINDOW, p, &l)) {

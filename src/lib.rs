@@ -53,6 +53,8 @@ pub use endpoint::{Endpoint, Woke};
 #[cfg(not(loom))]
 pub use net::remote_read::{ReadDone, ReadDst};
 #[cfg(not(loom))]
+pub use net::rma::{AtomicOp, Op as RmaOp, ACCESS_ATOMIC, ACCESS_READ, ACCESS_WRITE};
+#[cfg(not(loom))]
 pub use shm::shared_bytes::SharedBytes;
 #[cfg(not(loom))]
 pub use sys::counters::doorbell_counters;

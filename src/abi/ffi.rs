@@ -14,6 +14,7 @@ use crate::endpoint::config::{Config, WaitMode};
 use crate::endpoint::{Endpoint, Woke};
 use crate::endpoint::learner::{Ended, Path};
 use crate::net::remote_read::{ReadDone, ReadDst};
+use crate::net::rma::{AtomicOp, Op};
 use crate::shm::shared_bytes::SharedBytes;
 pub use crate::sys::counters::doorbell_counters;
 use crate::sys::error::{Corrupt, Error, ALL};
@@ -129,6 +130,35 @@ pub const DOORBELL_SPIN_ENDED_WOKEN: u32 = 2;
 /// little, and a sleeper's wake-up would wait for a CPU, so it keeps
 /// spinning, and a wait that ended awake teaches nothing.
 pub const DOORBELL_SPIN_YIELDS: u32 = 1;
+
+/// doorbell_expose_rma access: peers may get from the range.
+pub const DOORBELL_RMA_READ: u32 = 1;
+/// doorbell_expose_rma access: peers may put to the range.
+pub const DOORBELL_RMA_WRITE: u32 = 2;
+/// doorbell_expose_rma access: peers may run atomics on the range.
+pub const DOORBELL_RMA_ATOMIC: u32 = 4;
+
+const _: () = {
+    use crate::net::rma;
+    assert!(DOORBELL_RMA_READ == rma::ACCESS_READ && DOORBELL_RMA_WRITE == rma::ACCESS_WRITE);
+    assert!(DOORBELL_RMA_ATOMIC == rma::ACCESS_ATOMIC);
+    assert!(DOORBELL_AOP_ADD == AtomicOp::Add as u32 && DOORBELL_AOP_MAX == AtomicOp::Max as u32);
+    assert!(DOORBELL_AOP_SWAP == AtomicOp::Swap as u32 && DOORBELL_AOP_MIN == AtomicOp::Min as u32);
+    assert!(DOORBELL_AOP_AND == AtomicOp::And as u32 && DOORBELL_AOP_OR == AtomicOp::Or as u32);
+    assert!(DOORBELL_AOP_XOR == AtomicOp::Xor as u32);
+};
+
+/// doorbell_rma_atomic operations: `*addr op= operand`, the old value to
+/// `result`.  MIN and MAX compare as signed integers.
+pub const DOORBELL_AOP_ADD: u32 = 1;
+pub const DOORBELL_AOP_AND: u32 = 2;
+pub const DOORBELL_AOP_OR: u32 = 3;
+pub const DOORBELL_AOP_XOR: u32 = 4;
+pub const DOORBELL_AOP_SWAP: u32 = 5;
+pub const DOORBELL_AOP_MIN: u32 = 6;
+pub const DOORBELL_AOP_MAX: u32 = 7;
+/// Compare-and-swap: `*addr = operand` if `*addr == compare`.
+pub const DOORBELL_AOP_CSWAP: u32 = 8;
 
 /// Longest address blob doorbell_address() produces.
 pub const DOORBELL_ADDRESS_MAX: usize = 64;
@@ -901,9 +931,10 @@ pub struct doorbell_read_result {
     pub status: i32,
 }
 
-/// Move up to `max` reads of `window` that ended into `out`.  Returns how
-/// many (>= 0), UNKNOWN_WINDOW, or INVALID_ARGUMENT (NULL out with max > 0).
-/// A read ending also notifies its window (a doorbell_wait returns).
+/// Move up to `max` reads (doorbell_read) and RMA operations
+/// (doorbell_rma_*) of `window` that ended into `out`.  Returns how many
+/// (>= 0), UNKNOWN_WINDOW, or INVALID_ARGUMENT (NULL out with max > 0).
+/// One ending also notifies its window (a doorbell_wait returns).
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_reads_done(
     ep: *mut doorbell_endpoint,
@@ -936,6 +967,142 @@ pub unsafe extern "C" fn doorbell_reads_moved(ep: *mut doorbell_endpoint) -> c_i
     guard(|| {
         // SAFETY: `ep` is NULL or a live handle (the module's contract).
         Ok(unsafe { endpoint(ep) }?.reads_moved() as c_int)
+    })
+}
+
+/// Let every task of the job use `len` bytes at `base` of this process's
+/// memory with `access` (DOORBELL_RMA_READ | _WRITE | _ATOMIC, at least
+/// one) through doorbell_rma_put/get/atomic, until doorbell_unexpose(*key_out).
+/// The memory must stay valid until then.  This process's event thread
+/// serves those operations, whatever its other threads do.
+/// Errors: INVALID_ARGUMENT (NULL key_out, no or unknown access bits),
+/// BAD_LENGTH (the range wraps).
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_expose_rma(
+    ep: *mut doorbell_endpoint,
+    base: *const c_void,
+    len: usize,
+    access: u32,
+    key_out: *mut u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        // SAFETY: NULL or a writable u64.
+        let out = unsafe { key_out.as_mut() }.ok_or(Error::InvalidArgument)?;
+        *out = ep.expose_rma(base as u64, len as u64, access)?;
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// Put `len` bytes from `src` at address `addr` of `task`, which exposed
+/// it under `key` (doorbell_expose_rma) for writes, over TCP.  `src` may be
+/// reused at return; doorbell_reads_done(window) reports `cookie` once the
+/// bytes are in the target's memory (DOORBELL_OK), or that they will never
+/// be (PEER_LOST; INVALID_ARGUMENT: outside what `key` grants).  The
+/// answer is taken in by this endpoint's doorbell_progress or
+/// doorbell_wait (on any window), as a read's data is, and rings `window`.
+/// Errors: UNKNOWN_TASK, UNKNOWN_WINDOW, BAD_LENGTH (over 512 KiB),
+/// PEER_LOST, NETWORK, WOULD_BLOCK (the channel's send queue is full: try
+/// again), INVALID_ARGUMENT (NULL src with len > 0).
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_rma_put(
+    ep: *mut doorbell_endpoint,
+    task: u32,
+    window: u32,
+    src: *const c_void,
+    len: usize,
+    addr: u64,
+    key: u64,
+    cookie: u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        let data: &[u8] = if len == 0 {
+            &[]
+        } else if src.is_null() {
+            return Err(Error::InvalidArgument);
+        } else {
+            // SAFETY: the caller's `len` readable bytes at `src`, read here only.
+            unsafe { std::slice::from_raw_parts(src as *const u8, len) }
+        };
+        ep.rma(task, window, Op::Put { len: len as u64 }, addr, key, data, None, cookie)?;
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// Get `len` bytes at address `addr` of `task` (exposed under `key` for
+/// reads) into `dst`, over TCP.  `dst` must stay valid, and untouched,
+/// until doorbell_reads_done(window) reports `cookie`.  Errors as
+/// doorbell_rma_put (NULL dst with len > 0).
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_rma_get(
+    ep: *mut doorbell_endpoint,
+    task: u32,
+    window: u32,
+    dst: *mut c_void,
+    len: usize,
+    addr: u64,
+    key: u64,
+    cookie: u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        if dst.is_null() && len > 0 {
+            return Err(Error::InvalidArgument);
+        }
+        // SAFETY: the caller keeps `dst` valid and untouched until the op
+        // is reported (this function's contract).
+        let dst = unsafe { ReadDst::new(dst as *mut u8, len) };
+        ep.rma(task, window, Op::Get { len: len as u64 }, addr, key, &[], Some(dst), cookie)?;
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// Run atomic `op` (DOORBELL_AOP_*) on the `width`-byte (4 or 8, aligned)
+/// integer at address `addr` of `task` (exposed under `key` for atomics),
+/// in the target's process, with its CPU's atomic instructions: atomic
+/// with every other such op and with the target's own atomics there.
+/// CSWAP stores `operand` if the value equals `compare`; other ops ignore
+/// `compare`.  The old value goes to `result` (`width` bytes, native
+/// order; NULL: not wanted), which must stay valid until
+/// doorbell_reads_done(window) reports `cookie` (INVALID_ARGUMENT there:
+/// misaligned, or outside what `key` grants).  Errors as doorbell_rma_put,
+/// and INVALID_ARGUMENT for an unknown op or width.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_rma_atomic(
+    ep: *mut doorbell_endpoint,
+    task: u32,
+    window: u32,
+    op: u32,
+    width: u32,
+    operand: u64,
+    compare: u64,
+    result: *mut c_void,
+    addr: u64,
+    key: u64,
+    cookie: u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        if width != 4 && width != 8 {
+            return Err(Error::InvalidArgument);
+        }
+        let width = width as u8;
+        let op = if op == DOORBELL_AOP_CSWAP {
+            Op::Cswap { width, compare, value: operand }
+        } else {
+            let aop = u8::try_from(op).ok().and_then(AtomicOp::from_u8).ok_or(Error::InvalidArgument)?;
+            Op::Atomic { op: aop, width, operand }
+        };
+        // SAFETY: the caller keeps `result` (width bytes) valid and
+        // untouched until the op is reported (this function's contract).
+        let dst = (!result.is_null()).then(|| unsafe { ReadDst::new(result as *mut u8, width as usize) });
+        ep.rma(task, window, op, addr, key, &[], dst, cookie)?;
+        Ok(DOORBELL_OK)
     })
 }
 

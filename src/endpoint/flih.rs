@@ -3,8 +3,11 @@
 //! same-host peers and, while some thread sleeps, the set of TCP
 //! connections, and turns readiness into window wake-ups (the SLIH,
 //! `Inner::wake_own`): the woken thread reads the socket itself.  It never
-//! runs user callbacks.
+//! runs user callbacks.  The RMA channels (path/rma.rs) it watches always
+//! and serves itself: one-sided operations complete whatever the
+//! application threads do.
 
+use crate::endpoint::path::rma::RmaSide;
 use crate::endpoint::path::tcp::TcpSide;
 use crate::endpoint::peers::Peers;
 use crate::endpoint::pending::{Listener, Pending, PendingSet, Step, PENDING_BIT};
@@ -34,6 +37,11 @@ const TOKEN_CONNS: u64 = 2;
 /// Wakes the FLIH to start checking unwatched pids (see `watch_pid`).
 /// (Connection tokens, 3 and up, live in the connection set, not here.)
 const TOKEN_PID_POLL: u64 = 3;
+/// The RMA channels we serve (path/rma.rs), watched always, level-triggered.
+const TOKEN_RMA: u64 = 4;
+/// Our own RMA channels, where replies come: one-shot, like the
+/// connection set, armed by a sleeper with ops in flight.
+const TOKEN_RMA_OUT: u64 = 5;
 /// How often the FLIH checks the peers it could not watch with a pidfd.
 const PID_POLL_NS: u64 = 100_000_000;
 /// The connection set sits in the FLIH's set one-shot: it wakes the FLIH
@@ -61,7 +69,13 @@ pub(crate) struct Flih {
 impl Flih {
     /// The epoll set with the fixed members: shutdown, `listener`, the
     /// peers' pid-poll kick and the TCP side's connection set.
-    pub(crate) fn new(listener: TcpListener, accepted_default_congestion: Option<OsString>, peers: &Peers, tcp: &TcpSide) -> Result<Flih, Error> {
+    pub(crate) fn new(
+        listener: TcpListener,
+        accepted_default_congestion: Option<OsString>,
+        peers: &Peers,
+        tcp: &TcpSide,
+        rma: &RmaSide,
+    ) -> Result<Flih, Error> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| Error::Internal)?;
         let readable = |token| EpollEvent::new(EpollFlags::EPOLLIN, token);
         let shutdown = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(|_| Error::Internal)?;
@@ -69,6 +83,8 @@ impl Flih {
         epoll.add(&listener, readable(TOKEN_LISTENER)).map_err(|_| Error::Internal)?;
         epoll.add(peers.pid_poll_kick(), readable(TOKEN_PID_POLL)).map_err(|_| Error::Internal)?;
         epoll.add(&tcp.conn_set().0, EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS)).map_err(|_| Error::Internal)?;
+        epoll.add(&rma.serve_set().0, readable(TOKEN_RMA)).map_err(|_| Error::Internal)?;
+        epoll.add(&rma.out_set().0, EpollEvent::new(CONNS_IN_FLIH, TOKEN_RMA_OUT)).map_err(|_| Error::Internal)?;
         Ok(Flih { epoll, shutdown, listener, accepted_default_congestion, next_token: AtomicU64::new(3) })
     }
 
@@ -89,6 +105,12 @@ impl Flih {
     #[inline]
     pub(crate) fn rearm_conns(&self, tcp: &TcpSide) {
         let _ = self.epoll.modify(&tcp.conn_set().0, &mut EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS));
+    }
+
+    /// Let replies to our RMA ops wake the FLIH again (once).
+    #[inline]
+    pub(crate) fn rearm_rma_out(&self, rma: &RmaSide) {
+        let _ = self.epoll.modify(&rma.out_set().0, &mut EpollEvent::new(CONNS_IN_FLIH, TOKEN_RMA_OUT));
     }
 
     /// End the thread's loop (Endpoint's drop).
@@ -161,6 +183,8 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
                 }
                 TOKEN_CONNS => inner.wake_sleepers_for_conns(),
                 TOKEN_PID_POLL => inner.poll_pids(),
+                TOKEN_RMA => inner.poll_rma_served(),
+                TOKEN_RMA_OUT => inner.poll_rma_out(),
                 #[cfg(test)]
                 TOKEN_TEST_PANIC => panic!("test hook"),
                 t if t & PID_BIT != 0 => inner.process_exited((t & !PID_BIT) as u32),
@@ -236,7 +260,9 @@ fn finish_handshake(inner: &Inner, step: Step) {
         Step::Stranger(p) => reject(inner, p),
         Step::Greeted(p, t) => {
             inner.flih.unwatch(&p.stream);
-            let Some(id) = inner.connector_id(&t.connector) else {
+            let rma = t.connector.task & handshake::CHANNEL_RMA != 0;
+            let who = handshake::Connector { task: t.connector.task & !handshake::CHANNEL_RMA, ..t.connector };
+            let Some(id) = inner.connector_id(&who) else {
                 // An endpoint of another job when our guest table is full:
                 // its connect fails (no ack), and its sends report it.
                 return;
@@ -247,6 +273,10 @@ fn finish_handshake(inner: &Inner, step: Step) {
             let ack = t.ack(&inner.me.secret);
             // Nothing was sent since the challenge: the ack fits whole.
             if (&p.stream).write(&ack).ok() != Some(ack.len()) {
+                return;
+            }
+            if rma {
+                inner.rma_accept(p.stream, id);
                 return;
             }
             let set = inner.tcp.conn_set().clone();

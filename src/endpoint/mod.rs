@@ -30,6 +30,7 @@ pub(crate) mod work_check;
 use crate::endpoint::address::Address;
 use crate::endpoint::config::{Config, WaitMode};
 use crate::endpoint::flih::Flih;
+use crate::endpoint::path::rma::RmaSide;
 use crate::endpoint::path::shm::{ShmSide, WindowRx};
 use crate::endpoint::path::tcp::{Inbound, TcpSide};
 use crate::endpoint::peers::{Peer, Peers};
@@ -137,6 +138,8 @@ pub(crate) struct Inner {
     /// This task announced an abort: its close delivers nothing and waits
     /// for nobody (the job is ending).
     aborting: AtomicBool,
+    /// One-sided operations over TCP (path/rma.rs).
+    rma: RmaSide,
 }
 
 const _: () = {
@@ -193,7 +196,8 @@ impl Endpoint {
         };
         let peers = Peers::new()?;
         let tcp = TcpSide::new(cfg.max_backlog)?;
-        let flih = Flih::new(listener, accepted_default_congestion, &peers, &tcp)?;
+        let rma = RmaSide::new()?;
+        let flih = Flih::new(listener, accepted_default_congestion, &peers, &tcp, &rma)?;
         let me = Address {
             task: cfg.task,
             pid: std::process::id(),
@@ -228,6 +232,7 @@ impl Endpoint {
             parker: SharedFutex,
             connected_paths: AtomicU32::new(0),
             aborting: AtomicBool::new(false),
+            rma,
         });
         if let Some(mut rx) = inner.windows[0].rx.try_lock() {
             inner.take_up_queue(0, &mut rx)?;
@@ -434,6 +439,27 @@ impl Endpoint {
         self.inner.read_remote(task, window, dst, addr, key, cookie)
     }
 
+    /// Let every task of the job use [base, base + len) of our memory
+    /// with `access` (net/rma.rs ACCESS_*) over RMA channels, until
+    /// `unexpose(key)`.  Returns the key their operations name.
+    pub fn expose_rma(&self, base: u64, len: u64, access: u32) -> Result<u64> {
+        let all = crate::net::rma::ACCESS_READ | crate::net::rma::ACCESS_WRITE | crate::net::rma::ACCESS_ATOMIC;
+        if access == 0 || access & !all != 0 {
+            return Err(Error::InvalidArgument);
+        }
+        self.inner.tcp.exposures().expose_for(crate::net::remote_read::ANY_TASK, base, len, access).ok_or(Error::BadLength)
+    }
+
+    /// Start a one-sided `op` on what `key` exposes at `addr` in `task`
+    /// (path/rma.rs): `data` is a put's bytes, `dst` where a get's bytes
+    /// or an atomic's old value go.  The window's `reads_done` reports
+    /// `cookie` once the target has done it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rma(&self, task: u32, window: u32, op: crate::net::rma::Op, addr: u64, key: u64, data: &[u8], dst: Option<ReadDst>, cookie: u64) -> Result<()> {
+        self.inner.check_flih()?;
+        self.inner.rma_start(task, window, op, addr, key, data, dst, cookie)
+    }
+
     /// Whether data of some read arrived since the last call (the reader
     /// is busy, even if no read ended).
     pub fn reads_moved(&self) -> bool {
@@ -628,6 +654,12 @@ impl Inner {
         let Some(shm) = self.poll_queue(window, &mut *cb) else { return d };
         d.shm = shm;
         self.poll_conns();
+        if self.rma.in_flight() {
+            self.poll_rma_out();
+        }
+        if self.tcp.exposures().any_shared() {
+            self.serve_rma_in_pass();
+        }
         d.tcp = self.drain_inbox(w, cb);
         if d.shm + d.tcp == 0 && w.peer_events_ready.load(Ordering::Acquire) {
             let mut events = lock(&w.peer_events);

@@ -63,6 +63,8 @@ pub(crate) struct Peer {
     pub(crate) tx: Mutex<PeerTx>,
     /// The connection we send on (remote peers).
     pub(crate) conn: Mutex<Option<Arc<Conn>>>,
+    /// Our RMA channel to it (path/rma.rs), opened on first use.
+    pub(crate) rma_conn: Mutex<Option<Arc<Conn>>>,
     pub(crate) watched: AtomicBool,
     pub(crate) pidfd: Mutex<Option<OwnedFd>>,
     /// Its process id, once known (0 before): finds its control segment
@@ -137,6 +139,7 @@ impl Inner {
             fast_box: OnceLock::new(),
             direct_sends: AtomicU32::new(0),
             conn: Mutex::new(None),
+            rma_conn: Mutex::new(None),
             lost: AtomicBool::new(false),
             gone: AtomicBool::new(false),
             ended: AtomicBool::new(false),
@@ -349,7 +352,9 @@ impl Inner {
             bump(&self.counters.peers_lost);
             Woke::PeerLost(task)
         };
-        // Reads from it that no data frame is filling will never be answered.
+        // Its RMA ops, and reads from it that no data frame is filling,
+        // will never be answered.
+        self.rma_fail_task(task);
         for (w, done) in self.tcp.fail_reads_from(task) {
             self.report_read(w, done);
         }

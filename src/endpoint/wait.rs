@@ -233,6 +233,10 @@ impl Inner {
             if self.tcp.has_conns() {
                 self.arm_flih_for_conns();
             }
+            // Replies to our RMA ops, which only passes read otherwise.
+            if self.rma.in_flight() {
+                self.flih.rearm_rma_out(&self.rma);
+            }
             // Local senders may ring lightly (bell.rs); a refused barrier
             // (never seen after a registration that worked) means polling on.
             let barred = self.control.header().light_rings.load(Ordering::Relaxed) != 0 && !bell::heavy_barrier();

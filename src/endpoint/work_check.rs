@@ -39,6 +39,8 @@ impl Inner {
             // TCP connections are polled (epoll_wait) by every pass: a
             // packet there raises no flag until the FLIH is armed.
             || self.tcp.has_conns()
+            // Replies to our RMA ops are read by passes (path/rma.rs).
+            || self.rma.in_flight()
             || self.window_flagged(window);
         if other {
             Work::Any

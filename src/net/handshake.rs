@@ -27,6 +27,9 @@
 //! listener which peer it is: a task of its own job, or an endpoint of
 //! another job, known by its key (control.rs, peer ids).  The ack proves
 //! the listener is the owner of the blob the connector used.
+//! The connector's task may carry CHANNEL_RMA: the connection is then an
+//! RMA channel (rma.rs), served by the listener's event thread; the MAC
+//! covers the bit like the rest of the task.
 //! Frames follow the ack unauthenticated (frame.rs): the fast path is not
 //! touched, and, as with Open MPI's btl tcp, someone who can inject into an
 //! established TCP stream is outside what this defends against.
@@ -46,6 +49,9 @@ const MAGIC: &[u8; 8] = b"DOORBELL";
 /// 1 was the unauthenticated hello (an FNV hash of the job key), 2 the
 /// hello without the connector's job and key (one job only).
 const VERSION: u32 = 3;
+
+/// In the hello's connector task: this connection is an RMA channel.
+pub(crate) const CHANNEL_RMA: u32 = 1 << 31;
 
 pub(crate) type Secret = [u8; SECRET_BYTES];
 pub(crate) type Nonce = [u8; NONCE_BYTES];
@@ -145,7 +151,7 @@ pub(crate) fn verify_hello(
     }
     let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
     let connector = Connector { task: u32::from_le_bytes(b[12..16].try_into().unwrap()), job_hash: u64_at(32), key: u64_at(40) };
-    if connector.task >= max_tasks || connector.key == 0 {
+    if connector.task & !CHANNEL_RMA >= max_tasks || connector.key == 0 {
         return None;
     }
     let t = Transcript { listener_job: job_hash, listener, connector, nonce_l: *nonce_l, nonce_c: b[16..32].try_into().unwrap() };
@@ -258,6 +264,12 @@ mod tests {
         }
         let no_key = Transcript { connector: Connector { key: 0, ..ME }, ..transcript() };
         assert!(verify_hello(&no_key.hello(&key), &key, 77, 1, &[3; 16], 100).is_none(), "key 0");
+        let rma = Transcript { connector: Connector { task: 5 | CHANNEL_RMA, ..ME }, ..transcript() };
+        let hr = rma.hello(&key);
+        assert_eq!(verify_hello(&hr, &key, 77, 1, &[3; 16], 100).map(|t| t.connector.task), Some(5 | CHANNEL_RMA));
+        let mut stripped = hr;
+        stripped[15] &= 0x7f;
+        assert!(verify_hello(&stripped, &key, 77, 1, &[3; 16], 100).is_none(), "the RMA bit is under the MAC");
         assert!(t.ack_ok(&key, &t.ack(&key)));
         assert!(!t.ack_ok(&key, &t.hello(&key)[48..].try_into().unwrap()), "a hello's mac is not an ack");
         assert_eq!(parse_challenge(&challenge(1, &[3; 16])), Some((1, [3; 16])));

@@ -24,9 +24,15 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// A range of our memory one peer may read.
+/// Every task of the job may use a region exposed to this one (RMA
+/// windows: rma.rs); a connection's task is proven by its handshake.
+pub const ANY_TASK: u32 = u32::MAX;
+
+/// A range of our memory one peer (or ANY_TASK) may read, and, for RMA,
+/// write or update atomically (`access`: rma.rs ACCESS_*).
 pub struct Region {
     pub task: u32,
+    pub access: u32,
     pub base: u64,
     pub len: u64,
     /// Still exposed: held while data is lent from the range, so
@@ -53,15 +59,25 @@ impl Region {
 pub struct Exposures {
     next: AtomicU64,
     map: Mutex<HashMap<u64, Arc<Region>>>,
+    /// Regions exposed to ANY_TASK (RMA windows) now.
+    shared: AtomicUsize,
 }
 
 impl Exposures {
     /// Let `task` read [base, base + len).  Returns the key it must name.
     pub fn expose(&self, task: u32, base: u64, len: u64) -> Option<u64> {
+        self.expose_for(task, base, len, crate::net::rma::ACCESS_READ)
+    }
+
+    /// Let `task` (or ANY_TASK) have `access` to [base, base + len).
+    pub fn expose_for(&self, task: u32, base: u64, len: u64, access: u32) -> Option<u64> {
         base.checked_add(len)?;
         let key = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        let r = Region { task, base, len, exposed: Mutex::new(true), lent: AtomicUsize::new(0) };
+        let r = Region { task, access, base, len, exposed: Mutex::new(true), lent: AtomicUsize::new(0) };
         lock(&self.map).insert(key, Arc::new(r));
+        if task == ANY_TASK {
+            self.shared.fetch_add(1, Ordering::Relaxed);
+        }
         Some(key)
     }
 
@@ -70,6 +86,9 @@ impl Exposures {
     /// turn them into copies before this returns.
     pub fn unexpose(&self, key: u64, copy_out: impl FnOnce(&Arc<Region>)) -> bool {
         let Some(r) = lock(&self.map).remove(&key) else { return false };
+        if r.task == ANY_TASK {
+            self.shared.fetch_sub(1, Ordering::Relaxed);
+        }
         let mut exposed = lock(&r.exposed);
         *exposed = false;
         if r.lent.load(Ordering::Acquire) > 0 {
@@ -78,11 +97,23 @@ impl Exposures {
         true
     }
 
+    /// Is any region exposed to ANY_TASK (an RMA window)?
+    #[inline]
+    pub fn any_shared(&self) -> bool {
+        self.shared.load(Ordering::Relaxed) != 0
+    }
+
     /// The region a read request may read from: exposed to `task`, and
     /// covering the range.
     pub fn check(&self, task: u32, key: u64, addr: u64, len: u64) -> Option<Arc<Region>> {
+        self.check_access(task, key, addr, len, crate::net::rma::ACCESS_READ)
+    }
+
+    /// `check`, for a request that needs `access` (rma.rs ACCESS_*).
+    pub fn check_access(&self, task: u32, key: u64, addr: u64, len: u64, access: u32) -> Option<Arc<Region>> {
         let r = lock(&self.map).get(&key).cloned()?;
-        (r.task == task && r.covers(addr, len)).then_some(r)
+        let whose = r.task == task || r.task == ANY_TASK;
+        (whose && r.access & access == access && r.covers(addr, len)).then_some(r)
     }
 
     #[cfg(test)]
@@ -264,6 +295,23 @@ mod tests {
         assert!(e.check(4, key, 0x1000, 0x10).is_none(), "unexposed");
         assert!(!e.unexpose(key, |_| {}));
         assert_eq!(e.count(), 0);
+    }
+
+    #[test]
+    fn an_rma_exposure_grants_every_task_only_its_access() {
+        use crate::net::rma::{ACCESS_ATOMIC, ACCESS_READ, ACCESS_WRITE};
+        let e = Exposures::default();
+        let key = e.expose_for(ANY_TASK, 0x1000, 0x100, ACCESS_READ | ACCESS_WRITE).unwrap();
+        assert!(e.check_access(3, key, 0x1000, 8, ACCESS_WRITE).is_some());
+        assert!(e.check_access(9, key, 0x10f8, 8, ACCESS_READ).is_some(), "any task");
+        assert!(e.check(9, key, 0x1000, 8).is_some(), "a read is a read");
+        assert!(e.check_access(3, key, 0x1000, 8, ACCESS_ATOMIC).is_none(), "no atomics granted");
+        assert!(e.check_access(3, key, 0x10f8, 9, ACCESS_WRITE).is_none(), "past its end");
+        let one = e.expose(4, 0x1000, 0x100).unwrap();
+        assert!(e.check_access(4, one, 0x1000, 8, ACCESS_WRITE).is_none(), "a read exposure takes no writes");
+        assert!(e.any_shared());
+        assert!(e.unexpose(key, |_| {}) && e.unexpose(one, |_| {}));
+        assert!(!e.any_shared(), "no RMA window left");
     }
 
     #[test]

@@ -96,6 +96,11 @@ impl TcpSide {
         self.exposures.expose(task, base, len)
     }
 
+    /// The memory peers may use (reads here, RMA: path/rma.rs).
+    pub(crate) fn exposures(&self) -> &Exposures {
+        &self.exposures
+    }
+
     /// Is a connection of `task` still open (either side's)?
     pub(crate) fn has_conn_of(&self, task: u32) -> bool {
         lock(&self.conns).values().any(|c| c.task() == task)
@@ -153,27 +158,33 @@ impl Inner {
     /// hello deadline) is alive: try again, after a nap that grows to
     /// RETRY_NAP_MAX.  A wrong answer is an error at once.
     pub(crate) fn greet(&self, p: &Peer, addr: &Address) -> Result<TcpStream> {
+        self.greet_as(p, addr, self.cfg.task)
+    }
+
+    /// `greet`, naming ourselves task `me` (our task, with CHANNEL_RMA for
+    /// an RMA channel: path/rma.rs).
+    pub(crate) fn greet_as(&self, p: &Peer, addr: &Address, me: u32) -> Result<TcpStream> {
         const RETRY_NAP_MAX: Duration = Duration::from_millis(100);
         let step = crate::net::handshake::CONNECT_STEP;
         let local = addr.node_id == self.me.node_id;
         let alive = || !p.ended.load(Ordering::Acquire);
-        let me = std::net::IpAddr::V4(*self.me.tcp.ip());
+        let ip = std::net::IpAddr::V4(*self.me.tcp.ip());
         let mut nap = Duration::from_millis(1);
         loop {
             let connected = if local {
                 loop {
-                    match crate::net::congestion::connect(me, addr.tcp, Some(step)) {
+                    match crate::net::congestion::connect(ip, addr.tcp, Some(step)) {
                         Err(e) if e.kind() == io::ErrorKind::TimedOut && alive() => continue,
                         r => break r,
                     }
                 }
             } else {
-                crate::net::congestion::connect(me, addr.tcp, None)
+                crate::net::congestion::connect(ip, addr.tcp, None)
             };
             let mut stream = connected.map_err(|_| Error::Network)?;
             crate::net::congestion::keepalive(&stream).map_err(|_| Error::Network)?;
             let mut patience = alive;
-            match crate::net::handshake::greet(&mut stream, self.as_connector(), addr.job_hash, addr.task, &addr.secret, step, &mut patience) {
+            match crate::net::handshake::greet(&mut stream, crate::net::handshake::Connector { task: me, ..self.as_connector() }, addr.job_hash, addr.task, &addr.secret, step, &mut patience) {
                 Ok(()) => return Ok(stream),
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted && alive() => {
                     std::thread::sleep(nap);
