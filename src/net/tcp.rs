@@ -59,6 +59,9 @@ pub struct Conn {
     pub task: AtomicU32,
     pub dead: AtomicBool,
     rx: Mutex<Rx>,
+    /// A reader found `rx` taken and left (read_ready): the holder reads
+    /// again once it let go, for the bytes that reader's edge announced.
+    rx_turned_away: AtomicBool,
     tx: Mutex<Tx>,
     /// Frame bodies and queued sends come from, and go back to, this pool.
     pool: Arc<BufPool>,
@@ -248,6 +251,7 @@ impl Conn {
             set,
             task: AtomicU32::new(task),
             dead: AtomicBool::new(false),
+            rx_turned_away: AtomicBool::new(false),
             rx: Mutex::new(Rx { stage: vec![0; STAGE], start: 0, end: 0, body: None, admitted: 0, held: None, big: false }),
             tx: Mutex::new(Tx::default()),
             pool,
@@ -260,7 +264,12 @@ impl Conn {
 
     /// Read everything available and hand each event to `on`.  A reader
     /// already at work means "nothing to do": it reads until the socket is
-    /// empty, this call's readiness included.
+    /// empty, this call's readiness included.  Bytes that came after its
+    /// last read are that: the reader turned away says so
+    /// (`rx_turned_away`, SeqCst, then its try of the lock), and the
+    /// holder, once it let go of the lock, looks (SeqCst) and reads again.
+    /// Either it sees the flag or the turned-away reader gets the lock: an
+    /// edge-triggered set gives no second edge for those bytes.
     ///
     /// A read that returns less than it asked for emptied the socket (TCP
     /// copies until its queue and backlog are empty), and bytes that arrive
@@ -276,11 +285,33 @@ impl Conn {
         claim: ReadClaim,
         on: &mut dyn FnMut(RxEvent),
     ) -> RxEnd {
-        let mut rx = match self.rx.try_lock() {
-            Ok(rx) => rx,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return RxEnd::Drained,
-        };
+        self.rx_turned_away.store(true, Ordering::SeqCst);
+        loop {
+            let mut rx = match self.rx.try_lock() {
+                Ok(rx) => rx,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return RxEnd::Drained,
+            };
+            // Ours to read now, whoever set it.
+            self.rx_turned_away.store(false, Ordering::Relaxed);
+            let end = self.read_locked(&mut rx, to_eof, max_message, budget, claim, on);
+            drop(rx);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if end != RxEnd::Drained || !self.rx_turned_away.load(Ordering::SeqCst) {
+                return end;
+            }
+        }
+    }
+
+    fn read_locked(
+        &self,
+        rx: &mut Rx,
+        to_eof: bool,
+        max_message: u64,
+        budget: &RxBudget,
+        claim: ReadClaim,
+        on: &mut dyn FnMut(RxEvent),
+    ) -> RxEnd {
         let mut emptied = false;
         let mut moved = false;
         let end = loop {
@@ -1136,5 +1167,45 @@ mod tests {
         assert_eq!(budget.admitted(), 0);
         let (_, ev) = read_until(&conn_b, &budget, |_, ev| !ev.is_empty());
         assert!(matches!(&ev[0], RxEvent::Frame { data, .. } if data.len() == 2 * MIB && data.iter().all(|x| *x == 9)));
+    }
+
+    /// Bytes that arrive while one reader holds the receive side, after
+    /// its last read, announced by an edge to a second reader that finds
+    /// the side taken: the holder reads them before it returns (an
+    /// edge-triggered set gives them no second edge).
+    #[test]
+    fn bytes_a_turned_away_reader_was_woken_for_are_read_by_the_holder() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (mut peer, conn) = pair(&l);
+        let conn = Arc::new(conn);
+        let budget = Arc::new(RxBudget::new(1 << 20));
+        peer.write_all(&frame_bytes(1, b"first")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let (in_cb, go) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let holder = {
+            let (conn, budget, in_cb) = (conn.clone(), budget.clone(), in_cb.0);
+            std::thread::spawn(move || {
+                let mut tags = Vec::new();
+                conn.read_ready(false, 1 << 20, &budget, &|_, _| None, &mut |e| {
+                    if let RxEvent::Frame { tag, .. } = e {
+                        if tags.is_empty() {
+                            // Hold the receive side while "second" comes.
+                            in_cb.send(()).unwrap();
+                            go.1.recv().unwrap();
+                        }
+                        tags.push(tag);
+                    }
+                });
+                tags
+            })
+        };
+        in_cb.1.recv().unwrap();
+        peer.write_all(&frame_bytes(2, b"second")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut none = 0;
+        assert_eq!(conn.read_ready(false, 1 << 20, &budget, &|_, _| None, &mut |_| none += 1), RxEnd::Drained);
+        assert_eq!(none, 0, "turned away");
+        go.0.send(()).unwrap();
+        assert_eq!(holder.join().unwrap(), vec![1, 2], "the holder read what came meanwhile");
     }
 }
