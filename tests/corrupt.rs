@@ -162,3 +162,56 @@ fn a_broken_fast_box_ends_its_owner_for_the_receiver() {
     assert_eq!(w, Ok(Woke::PeerCorrupt(0, Corrupt::FastBox)));
     assert_eq!(b.send(0, 0, 1, &[b"x"]), Err(Error::PeerLost));
 }
+
+/// Fill task 0's fast box at task 1 until messages go there.
+fn box_in_use(a: &Endpoint, b: &Endpoint) {
+    let mut n = 0;
+    while a.counters().shm_box_sent == 0 {
+        assert!(n < 100, "no fast box after {n} messages");
+        a.send(1, 0, 7, &[&[n as u8; 8]]).unwrap();
+        assert_eq!(receive(b), [n as u8; 8]);
+        n += 1;
+    }
+}
+
+#[test]
+fn a_tail_moved_ahead_of_the_records_ends_the_queue_for_the_receiver() {
+    for shift in [16u64, 48, 4096] {
+        let (a, b, j) = pair();
+        a.send(1, 0, 7, &[b"first"]).unwrap();
+        assert_eq!(receive(&b), b"first");
+        let m = control_file(&j, 1);
+        write_u64(&m, queue0() + 8, read_u64(&m, queue0() + 8) + shift);
+        // The word at the moved tail is free: the record goes in there,
+        // where the receiver never reads.
+        a.send(1, 0, 7, &[b"second"]).unwrap();
+        let w = b.wait(0, Some(WaitMode::Block), WATCHDOG, &mut |_, _, d| panic!("delivered {d:?}"));
+        assert_eq!(w, Ok(Woke::PeerCorrupt(0, Corrupt::QueueHeader)), "shift {shift}");
+        assert_eq!(b.send(0, 0, 1, &[b"x"]), Err(Error::PeerLost), "shift {shift}");
+    }
+}
+
+#[test]
+fn a_fast_box_its_sender_finds_broken_ends_its_owner_for_the_sender() {
+    let (a, b, j) = pair();
+    box_in_use(&a, &b);
+    let m = control_file(&j, 1);
+    // The box's tail (at 8 in its ring header) off the 16-byte grid.
+    write_u64(&m, fast_box(0) + 8, read_u64(&m, fast_box(0) + 8) + 8);
+    assert_eq!(a.send(1, 0, 7, &[b"next"]), Err(Error::Corrupt(Corrupt::FastBox)));
+    let w = a.wait(0, Some(WaitMode::Block), WATCHDOG, &mut |_, _, _| panic!("nothing to deliver"));
+    assert_eq!(w, Ok(Woke::PeerCorrupt(1, Corrupt::FastBox)));
+    assert_eq!(a.send(1, 0, 7, &[b"x"]), Err(Error::PeerLost));
+}
+
+#[test]
+fn a_fast_box_tail_moved_ahead_ends_its_owner_for_the_receiver() {
+    let (a, b, j) = pair();
+    box_in_use(&a, &b);
+    let m = control_file(&j, 1);
+    write_u64(&m, fast_box(0) + 8, read_u64(&m, fast_box(0) + 8) + 32);
+    a.send(1, 0, 7, &[b"lost in the box"]).unwrap();
+    assert!(a.counters().shm_box_sent >= 2, "the message went to the box");
+    let w = b.wait(0, Some(WaitMode::Block), WATCHDOG, &mut |_, _, d| panic!("delivered {d:?}"));
+    assert_eq!(w, Ok(Woke::PeerCorrupt(0, Corrupt::FastBox)));
+}

@@ -104,7 +104,8 @@ impl Inner {
         }
         let queue_data = match self.windows[window as usize].rx.try_lock() {
             // A sender waiting for room counts too (queue.rs SYNC POINT Q2).
-            Some(rx) => rx.has_data() || rx.any_waiting(),
+            // A tail ahead of the records is reported, not slept on.
+            Some(mut rx) => rx.has_data() || rx.any_waiting() || self.report_tails_ahead(window, &mut rx),
             // Another thread is progressing this window: don't sleep on it.
             None => true,
         };

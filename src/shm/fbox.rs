@@ -193,6 +193,9 @@ pub enum Broke {
     Queue(Option<u32>),
     /// The fast box of this sender.
     Box(u32),
+    /// The window's queue: its `tail` is ahead of every published record
+    /// (queue.rs `tail_ahead`); (tail, head).
+    QueueTail(u64, u64),
 }
 
 /// One delivering pass over a window: up to `budget` messages from its
@@ -214,7 +217,16 @@ pub fn poll_window<S: FnMut(u32), C: FnMut(u32, u8, SharedBytes<'_>)>(
         b.refresh(place, broke);
     }
     let mut delivered = 0;
-    if let Some(q) = queue.filter(|q| q.has_data()) {
+    let queue = match queue {
+        Some(q) if !q.has_data() => {
+            if q.empty_poll_finds_tail_ahead() {
+                broke.push(Broke::QueueTail(q.queue().hdr().tail.load(Ordering::Relaxed), q.position()));
+            }
+            None
+        }
+        q => q,
+    };
+    if let Some(q) = queue {
         let mut from_boxes = 0;
         let r = q.poll(budget, |src, tag, data| {
             on_sender(src);
@@ -326,7 +338,13 @@ impl BoxRx {
     /// goes in `broke` (once: it is not read again).
     #[inline]
     fn poll<C: FnMut(u32, u8, SharedBytes<'_>)>(&mut self, budget: usize, cb: &mut C, broke: &mut Vec<Broke>) -> usize {
-        if self.broken || !self.c.has_data() {
+        if self.broken {
+            return 0;
+        }
+        if !self.c.has_data() {
+            if self.c.empty_poll_finds_tail_ahead() {
+                self.break_off(broke);
+            }
             return 0;
         }
         let owner = self.owner;

@@ -49,6 +49,15 @@
 //!   sender's bell.  As in R3 the arm's fence pairs with the producer's:
 //!   either the producer sees the room, or the consumer sees its bit.
 //!   (The loom tests below check this code: `loom_tests`.)
+//! - The tail's invariant: every record is published (R1) before `tail`
+//!   moves past it (Release), and each put zeroes the header word after
+//!   its record first, so under the lock the word at `tail` reads 0, and a
+//!   consumer whose Acquire load of `tail` is past its `head` finds the
+//!   record at `head` published.  A `tail` that another process moved by a
+//!   multiple of 16 breaks one or the other: the producer's careful path
+//!   (`locked`) checks the first, a consumer that finds nothing to read
+//!   checks the second (`tail_ahead`: every TAIL_CHECK_EVERY empty polls
+//!   and before its window sleeps), and either ends the queue as corrupt.
 
 use crate::shm::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK_REF_BYTES};
 #[cfg(not(loom))]
@@ -106,6 +115,9 @@ const LOCK_TRIES: u32 = 64;
 /// Failed writes in a row that saw the same holder before asking whether
 /// that holder is still alive.
 const STEAL_AFTER: u32 = 16;
+/// Empty polls between a consumer's looks at `tail` (the producers' line:
+/// a look on every poll would pull it across on every message).
+const TAIL_CHECK_EVERY: u32 = 256;
 
 /// The ring's own words: what producers and the consumer of any queue
 /// use, a whole queue's or a fast box's (fbox.rs).
@@ -602,7 +614,9 @@ impl QueueWriter {
         // Counted only after the publish: a holder that dies in between
         // leaves a published record at `tail`, which a takeover steps over.
         *tail += size;
-        self.q.hdr().tail.store(*tail, Ordering::Relaxed);
+        // Release: a consumer that sees this tail sees the record (the
+        // tail's invariant, module comment).
+        self.q.hdr().tail.store(*tail, Ordering::Release);
         if flags & PAD == 0 {
             self.last_end.store(if flags & LAST != 0 { *tail } else { u64::MAX }, Ordering::Relaxed);
         }
@@ -669,6 +683,10 @@ impl QueueWriter {
         }
         let mut tail = h.tail.load(Ordering::Relaxed);
         let mut next = h.next_rewind_check.load(Ordering::Relaxed);
+        if !tail.is_multiple_of(ALIGN) {
+            // A fast box has no careful path to say so (`write` does).
+            self.bad_head.store(true, Ordering::Relaxed);
+        }
         let ok = tail.is_multiple_of(ALIGN) && {
             if tail >= next {
                 self.rewind_if_empty(&mut tail, &mut next, align16(REC + total));
@@ -685,6 +703,11 @@ impl QueueWriter {
         // SYNC POINT Q1 (release).
         h.lock.store(0, Ordering::Release);
         ok
+    }
+
+    /// Has this writer found the queue's header corrupt (`bad_head`)?
+    pub fn found_corrupt(&self) -> bool {
+        self.bad_head.load(Ordering::Relaxed)
     }
 
     /// Can `write_whole` ever take a message of `len` bytes?  (At most a
@@ -826,6 +849,12 @@ impl QueueProducer {
             }
             tail += size;
             h.tail.store(tail, Ordering::Relaxed);
+        }
+        // The tail's invariant (module comment): else `tail` was moved.
+        if self.w.q.word(tail).load(Ordering::Relaxed) != 0 {
+            self.w.bad_head.store(true, Ordering::Relaxed);
+            self.unlock();
+            return Err(Error::Shm);
         }
         self.tail = tail;
         self.next_rewind_check = h.next_rewind_check.load(Ordering::Relaxed);
@@ -1097,6 +1126,8 @@ unsafe fn extend_from_raw(v: &mut Vec<u8>, src: *const u8, n: usize) {
 pub struct QueueConsumer {
     q: QueueRef,
     head: u64,
+    /// Empty polls since the last look at `tail` (TAIL_CHECK_EVERY).
+    empty_polls: u32,
     max_message: u64,
     /// (sender, tag, total, bytes so far) of a chunked message.
     assembling: Option<(u32, u8, u64, Vec<u8>)>,
@@ -1114,7 +1145,7 @@ impl QueueConsumer {
         if !head.is_multiple_of(ALIGN) {
             return Err(Error::Shm);
         }
-        Ok(QueueConsumer { q, head, max_message, assembling: None, spare: Vec::new(), id, bulk: HashMap::new() })
+        Ok(QueueConsumer { q, head, empty_polls: 0, max_message, assembling: None, spare: Vec::new(), id, bulk: HashMap::new() })
     }
 
     pub fn queue(&self) -> &QueueRef {
@@ -1132,6 +1163,25 @@ impl QueueConsumer {
     pub fn culprit(&self) -> Option<u32> {
         let named = Record::from_word(self.q.word(self.head).load(Ordering::Acquire), self.head).map(|r| r.src as u32);
         named.filter(|&t| t < MAX_PEERS).or(self.assembling.as_ref().map(|a| a.0))
+    }
+
+    /// Is `tail` past `head` while no record is published at `head`?  Then
+    /// another process moved it (the tail's invariant, module comment): the
+    /// records producers put there are where this consumer never reads.
+    pub fn tail_ahead(&self) -> bool {
+        // Tail first (Acquire), then the word: see the module comment.
+        let tail = self.q.hdr().tail.load(Ordering::Acquire);
+        tail > self.head && self.q.word(self.head).load(Ordering::Acquire) == 0
+    }
+
+    /// A poll found nothing: every TAIL_CHECK_EVERY-th time, `tail_ahead`.
+    pub fn empty_poll_finds_tail_ahead(&mut self) -> bool {
+        self.empty_polls += 1;
+        if self.empty_polls < TAIL_CHECK_EVERY {
+            return false;
+        }
+        self.empty_polls = 0;
+        self.tail_ahead()
     }
 
     /// Part-way through a chunked message?
@@ -1898,6 +1948,68 @@ mod tests {
         // SAFETY: as above.
         unsafe { std::ptr::copy_nonoverlapping(good.to_bytes().as_ptr(), at, 16) };
         assert_eq!(drain(&mut c).len(), 1);
+    }
+
+    /// A tail moved forward by 16·k: the producers' records land where the
+    /// consumer never reads, and the consumer's empty polls say so; moved
+    /// back onto a published record, the next careful write refuses it.
+    #[test]
+    fn a_shifted_tail_is_found_by_the_consumer_or_the_producer() {
+        for shift in [16u64, 32, 1024] {
+            let f = fixture(&format!("tailfwd{shift}"), 4096);
+            let mut p = f.producer(1, Live::new().pid(), 0);
+            let mut c = f.consumer();
+            assert!(send(&mut p, 1, &[1; 8]));
+            assert_eq!(drain(&mut c).len(), 1);
+            assert!(!c.tail_ahead(), "a healthy empty queue");
+            let tail = f.q().hdr().tail.load(Ordering::Relaxed);
+            f.q().hdr().tail.store(tail + shift, Ordering::Release);
+            assert!(send(&mut p, 1, &[2; 8]), "shift {shift}: the word there is free, so the write goes in");
+            assert!(!c.has_data() && c.tail_ahead(), "shift {shift}");
+            let found = (0..TAIL_CHECK_EVERY).any(|_| c.empty_poll_finds_tail_ahead());
+            assert!(found, "shift {shift}: TAIL_CHECK_EVERY empty polls look once");
+        }
+        let f = fixture("tailback", 4096);
+        let mut p = f.producer(1, Live::new().pid(), 0);
+        let _c = f.consumer();
+        assert!(send(&mut p, 1, &[1; 8]) && send(&mut p, 1, &[2; 8]));
+        let tail = f.q().hdr().tail.load(Ordering::Relaxed);
+        f.q().hdr().tail.store(tail - 32, Ordering::Release);
+        assert_eq!(p.write(3, &Gather::new(&[&[3u8; 8][..]]), &mut 0), Err(Error::Shm), "back onto an unread record");
+        assert!(p.writer().found_corrupt());
+        assert_eq!(f.q().hdr().lock.load(Ordering::Relaxed), 0, "the lock was given back");
+    }
+
+    /// A busy queue never looks shifted: the tail is published after the
+    /// records it passes (Release), read before the word at head.
+    #[test]
+    fn a_healthy_queue_never_has_its_tail_ahead() {
+        let f = fixture("tailok", 1 << 16);
+        let mut c = f.consumer();
+        let w = f.producer(1, Live::new().pid(), 0).writer().clone();
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let writer = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut sent = 0u32;
+                while sent < 200_000 {
+                    if w.write_small(1, &sent.to_le_bytes(), b"", || true) {
+                        sent += 1;
+                    }
+                }
+                done.store(true, Ordering::Release);
+            })
+        };
+        let mut got = 0u32;
+        while !done.load(Ordering::Acquire) || c.has_data() {
+            if c.has_data() {
+                got += c.poll(64, |_, _, _| {}).unwrap() as u32;
+            } else {
+                assert!(!c.tail_ahead(), "after {got} messages");
+            }
+        }
+        writer.join().unwrap();
+        assert_eq!(got, 200_000);
     }
 
     #[test]

@@ -76,6 +76,20 @@ impl WindowRx {
         self.queue.as_ref().is_some_and(|q| !self.broken && q.has_data()) || self.boxes.has_data()
     }
 
+    /// The structures whose tail is ahead of their records (queue.rs
+    /// `tail_ahead`), marked broken: what a sleep would wait for forever.
+    fn take_tails_ahead(&mut self) -> Vec<Broke> {
+        let mut broke = Vec::new();
+        if let Some(q) = self.queue.as_ref().filter(|q| !self.broken && q.tail_ahead()) {
+            broke.push(Broke::QueueTail(q.queue().hdr().tail.load(Ordering::Relaxed), q.position()));
+        }
+        for b in self.boxes.boxes.iter_mut().filter(|b| !b.broken && b.c.tail_ahead()) {
+            b.broken = true;
+            broke.push(Broke::Box(b.owner));
+        }
+        broke
+    }
+
     pub(crate) fn in_message(&self) -> bool {
         self.queue.as_ref().is_some_and(QueueConsumer::in_message)
     }
@@ -141,6 +155,10 @@ impl Inner {
                     if let Some(fb) = self.fast_box(p, ctl, window, w, (a.len() + b.len()) as u64) {
                         if fb.w.write_small(tag, a, b, ring) {
                             return Ok(());
+                        }
+                        if fb.w.found_corrupt() {
+                            // send() reports it.
+                            return self.send(task, window, tag, &[a, b]);
                         }
                     }
                     if w.write_small(tag, a, b, ring) {
@@ -217,6 +235,9 @@ impl Inner {
             if let Some(fb) = self.fast_box(p, ctl, window, w, g.len()) {
                 if fb.w.write_whole(tag, &g, &mut ring) {
                     return Ok(());
+                }
+                if fb.w.found_corrupt() {
+                    return Err(self.fast_box_broke(p));
                 }
             }
             if w.write_whole(tag, &g, &mut ring) {
@@ -302,6 +323,15 @@ impl Inner {
         }
         drop(tx);
         Ok(())
+    }
+
+    /// Our fast box at `p` broke its header, as we found sending: `p` is
+    /// dropped, as for its queue.
+    #[cold]
+    fn fast_box_broke(&self, p: &Peer) -> Error {
+        let task = p.task;
+        self.peer_corrupt(task, Corrupt::FastBox, &format!("our fast box at task {task}, found sending to it"));
+        Error::Corrupt(Corrupt::FastBox)
     }
 
     /// A queue of `p`'s (`window`'s) broke its header, as a producer found
@@ -523,6 +553,21 @@ impl Inner {
         Some(delivered)
     }
 
+    /// Before a sleep on `window`: a tail moved ahead of the records
+    /// (queue.rs `tail_ahead`) is reported now, as a pass finds it.  True
+    /// if one was.
+    #[cold]
+    pub(crate) fn report_tails_ahead(&self, window: u32, rx: &mut WindowRx) -> bool {
+        let broke = rx.take_tails_ahead();
+        if broke.is_empty() {
+            return false;
+        }
+        let WindowRx { queue, broken, known, .. } = rx;
+        let Some(q) = queue.as_ref() else { return false };
+        self.after_poll(window, q, broken, known, Vec::new(), broke);
+        true
+    }
+
     /// What a pass over a window's queue found beside its messages: new
     /// senders (their pids are watched from now on), and structures that
     /// broke.
@@ -532,8 +577,18 @@ impl Inner {
             self.note_sender(src, q.queue().sender_pid(src));
         }
         for b in broke {
-            match b {
-                Broke::Queue(culprit) => {
+            let (culprit, what, detail) = match b {
+                Broke::Queue(culprit) => (culprit, Corrupt::Record, format!("window {window}'s queue, record at position {}", q.position())),
+                Broke::QueueTail(tail, head) => {
+                    (None, Corrupt::QueueHeader, format!("window {window}'s queue header: tail {tail} ahead of the records at {head}"))
+                }
+                Broke::Box(owner) => {
+                    self.peer_corrupt(owner, Corrupt::FastBox, &format!("task {owner}'s box at window {window}"));
+                    continue;
+                }
+            };
+            {
+                {
                     // Nothing after the bad record can be found: the queue
                     // is done, and no local sender's message to this window
                     // can arrive.  Each one we know of is dropped.
@@ -547,12 +602,10 @@ impl Inner {
                     if tasks.is_empty() {
                         tasks.push(self.cfg.task);
                     }
-                    let detail = format!("window {window}'s queue, record at position {}", q.position());
                     for t in tasks {
-                        self.peer_corrupt(t, Corrupt::Record, &detail);
+                        self.peer_corrupt(t, what, &detail);
                     }
                 }
-                Broke::Box(owner) => self.peer_corrupt(owner, Corrupt::FastBox, &format!("task {owner}'s box at window {window}")),
             }
         }
     }
