@@ -4,7 +4,8 @@
 Input lines: round config program ranks metric key value.  Prints, per
 program and rank count, the median wall time of each configuration with the
 doorbell/vader and doorbell_tcp/tcp ratios (and the same for each phase of a
-program), per-size tables (bidirectional bandwidth, allreduce, alltoall,
+program), each job's CPU-seconds (all ranks and mpirun, user + system)
+beside its wall time, per-size tables (bidirectional bandwidth, allreduce, alltoall,
 bcast), and the targets with verdicts.  Tables need only the standard
 library; the plot (--plot) needs matplotlib (Debian: python3-matplotlib).
 
@@ -21,6 +22,8 @@ PAIRS = [("doorbell", "vader"), ("doorbell_base", "vader"), ("doorbell", "doorbe
 WALL_LIMIT = 1.1       # every program: <= 1.1x the baseline's wall time
 BIDIR_LIMIT = 0.9      # bidirectional bandwidth: >= 0.9x at every size
 ALLREDUCE_LIMIT = 1.2  # allreduce: <= 1.2x at every size
+CPU_LIMIT = 0.5        # a job's CPU-seconds: <= 0.5x the baseline's ...
+CPU_WALL_LIMIT = 1.0   # ... at <= 1.0x its wall time
 COLORS = {"vader": "tab:blue", "doorbell": "tab:red", "tcp": "tab:green",
           "doorbell_tcp": "tab:orange", "doorbell_base": "tab:purple",
           "doorbell_tcp_base": "tab:brown"}
@@ -133,6 +136,18 @@ def programs_table(res, configs, pairs, timeout):
           "and the ratio are lower bounds); a phase that never finished has no figure.")
 
 
+def cpu_table(res, configs, pairs):
+    print("\n== whole-job CPU-seconds (all ranks + mpirun, user + system; median) ==")
+    header = ["program"] + configs + [f"{a}/{b} cpu" for a, b in pairs] + [f"{a}/{b} wall" for a, b in pairs]
+    rows = []
+    for prog, np_ in res.runs:
+        rows.append([f"{prog} np={np_}"] + [fmt(res.med(c, prog, np_, "cpu")) for c in configs]
+                    + [rfmt(res.ratio(a, b, prog, np_, "cpu")) for a, b in pairs]
+                    + [rfmt(res.ratio(a, b, prog, np_), res.bound(a, prog, np_)) for a, b in pairs])
+    table(header, rows)
+    print("cpu ratio < 1: the job burned less CPU than on the baseline (what sleeping saves)")
+
+
 def sized_table(res, configs, pairs, prog, np_, metric, title, higher_better):
     keys = res.sizes(prog, np_, metric)
     if not keys:
@@ -172,6 +187,19 @@ def targets(res, pairs):
         out.append((f"every program, {a}/{b} wall",
                     f"{rfmt(worst[0], worst[2])} ({worst[1]})",
                     f"<= {WALL_LIMIT}x", verdict, ctx))
+
+    for a, b in pairs:
+        rs = [(res.ratio(a, b, p, n, "cpu"), res.ratio(a, b, p, n), res.bound(a, p, n), f"{p}@{n}")
+              for p, n in res.runs]
+        rs = [r for r in rs if r[0] is not None and r[1] is not None]
+        if not rs:
+            continue
+        worst = max(rs)
+        bad = [f"{w} {rfmt(c)} cpu, {rfmt(x, low)} wall" for c, x, low, w in rs
+               if c > CPU_LIMIT or x > CPU_WALL_LIMIT or low]
+        out.append((f"job CPU-seconds, {a}/{b}", f"{rfmt(worst[0])} ({worst[3]})",
+                    f"<= {CPU_LIMIT}x at <= {CPU_WALL_LIMIT}x wall", "met" if not bad else "MISSED",
+                    f"{len(bad)} of {len(rs)} miss" + (": " + ", ".join(bad) if bad else "")))
 
     def per_size(desc, prog, np_, metric, limit, higher_better, a, b):
         keys = res.sizes(prog, np_, metric)
@@ -287,6 +315,7 @@ def main():
     pairs = [(x, y) for x, y in PAIRS if x in configs and y in configs]
 
     programs_table(res, configs, pairs, a.timeout)
+    cpu_table(res, configs, pairs)
     sized_table(res, configs, pairs, "bidir", 2, "bidir",
                 "bidirectional bandwidth, 2 ranks, MB/s (both directions, median)", True)
     for np_ in sorted({n for p, n in res.runs if p == "coll"}):
