@@ -17,7 +17,8 @@
  *    printed, not checked: on a loaded machine the scheduler alone delays
  *    a wake-up by 10 ms and more.
  * 3. test_compute: rank 2k+1 computes 20 us chunks with MPI_Test between
- *    them until rank 2k's message (sent after 100 ms) completes.  A sleep
+ *    them until rank 2k's message (sent 100 ms after rank 2k+1 said its
+ *    clock started) completes.  A sleep
  *    blocks the thread: the loop may show no voluntary context switch
  *    (getrusage RUSAGE_THREAD) in the first QUIET_MS, while nothing is on
  *    its way; a wrong sleep there blocks dozens of times.  When the message
@@ -139,6 +140,9 @@ static void test_compute(void)
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (0 == rank % 2) {
+        /* The wait starts once the receiver's clock runs: on a loaded
+         * machine the receiver may leave the barrier long after us. */
+        MPI_Recv(&x, 1, MPI_INT, peer, 78, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         usleep(SEND_AFTER_US);
         x = 7;
         MPI_Send(&x, 1, MPI_INT, peer, 77, MPI_COMM_WORLD);
@@ -153,6 +157,7 @@ static void test_compute(void)
     quiet_end = ru0;
     bool quiet = true;
     double t0 = MPI_Wtime(), in_test = 0;
+    MPI_Send(&x, 1, MPI_INT, peer, 78, MPI_COMM_WORLD);
     while (!done) {
         spin_us(20);
         chunks++;
