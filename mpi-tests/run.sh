@@ -534,7 +534,7 @@ fi
 if [[ $CORRUPT_HEADER == 1 ]]; then
     for mode in header record; do
         label="corrupt_header $mode np=2 [$BTL]"
-        if [[ $mode == header ]]; then want="the header of a peer's window queue broke its format"; else
+        if [[ $mode == header ]]; then want="the header of a window queue broke its format"; else
             want="a record in a window queue broke its format"; fi
         if [[ ! -x $BIN/corrupt_header ]]; then
             fail "$label" "not built"

@@ -15,6 +15,10 @@ use crate::endpoint::Inner;
 use crate::shm::queue::QueueRef;
 use std::sync::atomic::Ordering;
 
+/// Every this many looks that find nothing, one asks for a pass that looks
+/// at the window's tails (`idle_pass`).
+const TAIL_CHECK_EVERY: u32 = 4096;
+
 /// The answer of `work_kind`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Work {
@@ -49,8 +53,26 @@ impl Inner {
         {
             Work::Local
         } else {
-            Work::None
+            self.idle_pass(window)
         }
+    }
+
+    /// A look that found nothing.  Now and then (TAIL_CHECK_EVERY) it asks
+    /// for a local pass that looks at the window's tails (queue.rs
+    /// `tail_ahead`): a tail moved ahead leaves the queue empty for ever,
+    /// and a receiver that polls, never sleeps and skips every pass this
+    /// look says no to would never look otherwise.  A load and a store on
+    /// a line this look reads anyway.
+    #[inline]
+    fn idle_pass(&self, window: u32) -> Work {
+        let w = &self.windows[window as usize];
+        let n = w.idle_passes.load(Ordering::Relaxed).wrapping_add(1);
+        w.idle_passes.store(n, Ordering::Relaxed);
+        if n % TAIL_CHECK_EVERY != 0 {
+            return Work::None;
+        }
+        w.tail_check_due.store(true, Ordering::Relaxed);
+        Work::Local
     }
 
     /// Could a fast box of `window` hold an unread record, or a new box
