@@ -84,12 +84,6 @@ pub(crate) struct WindowLocal {
     queue_view: Option<QueueRef>,
     inbox_ready: AtomicBool,
     peer_events_ready: AtomicBool,
-    /// Looks for work that found nothing here (work_check.rs `idle_pass`);
-    /// a hint, so threads may race on it.
-    idle_passes: AtomicU32,
-    /// The next pass that finds the queue empty looks at the tails
-    /// (queue.rs `tail_ahead`).
-    tail_check_due: AtomicBool,
     rx: TryLock<WindowRx>,
     /// The window's fast boxes (window 0 only; fbox.rs), and what a look
     /// for work reads of them.

@@ -126,6 +126,13 @@ pub(crate) fn note_receive_pass() {
     RECEIVE_PASSES.store(RECEIVE_PASSES.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
 }
 
+/// Receive passes begun so far (work_check.rs paces its looks at the
+/// tails by it).
+#[inline(always)]
+pub(crate) fn receive_passes() -> u64 {
+    RECEIVE_PASSES.load(Ordering::Relaxed)
+}
+
 /// The largest message write_small takes (four lines with its header).
 const SMALL_BYTES: u64 = 248;
 /// Tries of the producer lock per write before the queue counts as full.

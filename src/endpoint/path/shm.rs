@@ -558,15 +558,12 @@ impl Inner {
         }
         if delivered > 0 {
             w.shm_received.add(delivered as u64);
-        } else if w.tail_check_due.load(Ordering::Relaxed) {
-            // A receiver that skips its passes (work_check.rs `idle_pass`).
-            w.tail_check_due.store(false, Ordering::Relaxed);
-            self.report_tails_ahead(window, &mut rx);
         }
         Some(delivered)
     }
 
-    /// Before a sleep on `window`, or on a pass work_check.rs asked for: a
+    /// Before a sleep on `window`, or now and then (work_check.rs
+    /// `tails_broke`): a
     /// tail moved ahead of the records (queue.rs `tail_ahead`) is reported
     /// now, as a pass finds it.  True if one was.
     #[cold]
