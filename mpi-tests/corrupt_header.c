@@ -1,7 +1,8 @@
 /* corrupt_header.c -- corrupted shared memory ends the job with an error
  * that names the peer and the structure, instead of a hang.
  *
- * Usage: corrupt_header header|record   (2 ranks, one node, btl doorbell)
+ * Usage: corrupt_header header|record|tail_shift|box_lock
+ *        (2 ranks, one node, btl doorbell)
  *
  * Two ranks exchange messages (rank 0's fast box at rank 1 is claimed on
  * the way).  Then rank 0, playing a broken process of the user, writes
@@ -12,7 +13,15 @@
  *           1 KiB), which must go into that queue: the sender finds it;
  *   record: while rank 1 is away from MPI, it sends that message, then
  *           writes a bad header word over the record rank 1 reads next:
- *           the receiver finds it (instead of waiting for it for ever).
+ *           the receiver finds it (instead of waiting for it for ever);
+ *   tail_shift: the queue's tail moved ahead by 48 bytes, on the 16-byte
+ *           grid, then that message: over bytes no record reached, the
+ *           record goes in where rank 1 never reads, and rank 1 finds the
+ *           tail past its head with nothing there (over stale bytes, rank
+ *           0 would find them);
+ *   box_lock: the lock of rank 0's own fast box at rank 1 set to a pid
+ *           that is not rank 0's, then a message small enough for the
+ *           box: the sender finds it.
  * The job must end with doorbell's "shared memory corrupt" error; if the
  * message gets through, the program says so and exits 0 (a failure for
  * mpi-tests/run.sh, which also stops a job that hangs).
@@ -52,13 +61,15 @@ int main(int argc, char **argv)
 {
     enum { ROUNDS = 64, BIG = 2048 };
     static unsigned char buf[BIG];
-    int i, record;
+    int i, record, shift, box;
 
     t_init(&argc, &argv);
     record = argc > 1 && strcmp(argv[1], "record") == 0;
-    if (t_size != 2 || argc < 2 || (!record && strcmp(argv[1], "header") != 0)) {
+    shift = argc > 1 && strcmp(argv[1], "tail_shift") == 0;
+    box = argc > 1 && strcmp(argv[1], "box_lock") == 0;
+    if (t_size != 2 || argc < 2 || (!record && !shift && !box && strcmp(argv[1], "header") != 0)) {
         if (t_rank == 0)
-            fprintf(stderr, "usage: corrupt_header header|record (2 ranks)\n");
+            fprintf(stderr, "usage: corrupt_header header|record|tail_shift|box_lock (2 ranks)\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     for (i = 0; i < ROUNDS; i++) {
@@ -87,12 +98,23 @@ int main(int argc, char **argv)
         uint64_t *tail = (uint64_t *) (queue + 8), *head = (uint64_t *) (queue + 128);
         uint32_t cap = __atomic_load_n((uint32_t *) (ctl + 36), __ATOMIC_ACQUIRE);
         t_fill(buf, BIG, 99);
-        if (!record) {
-            __atomic_fetch_add(tail, 8, __ATOMIC_SEQ_CST);
-            printf("corrupt_header: rank 0 corrupted rank 1's queue header\n");
+        if (box) {
+            /* window 0's fast boxes follow the control segment's first
+             * page, each a 384-byte ring header (the lock first) and 4096
+             * bytes of records; rank 0 claimed box 0 during the rounds */
+            uint32_t *lock = (uint32_t *) (ctl + 4096);
+            __atomic_store_n(lock, 0x7ffffff0u, __ATOMIC_SEQ_CST);
+            printf("corrupt_header: rank 0 corrupted its fast box's lock at rank 1\n");
+            fflush(stdout);
+            MPI_Send(buf, 8, MPI_BYTE, 1, 2, MPI_COMM_WORLD);
+            printf("corrupt_header: the send went through a corrupt fast box\n");
+        } else if (!record) {
+            __atomic_fetch_add(tail, shift ? 48 : 8, __ATOMIC_SEQ_CST);
+            printf("corrupt_header: rank 0 corrupted rank 1's queue header (%s)\n", shift ? "tail moved by 48" : "tail off the grid");
             fflush(stdout);
             MPI_Send(buf, BIG, MPI_BYTE, 1, 2, MPI_COMM_WORLD);
-            printf("corrupt_header: the send went through a corrupt queue header\n");
+            if (!shift)
+                printf("corrupt_header: the send went through a corrupt queue header\n");
         } else {
             MPI_Send(buf, BIG, MPI_BYTE, 1, 2, MPI_COMM_WORLD);
             /* the header word of the record at rank 1's head: a stamp

@@ -35,7 +35,8 @@
 #                   kill_ranks (doorbell on one node only: it judges that
 #                   node's shm directory)
 #                   corrupt_header (doorbell on one node only: a corrupted
-#                   queue header must end the job with doorbell's error)
+#                   queue header, record or fast box must end the job with
+#                   doorbell's error)
 #   OUT             build and log directory                  (<repo>/target/mpi-tests)
 #   SHM_GLOB        files that must not be left behind       (/dev/shm/doorbell*)
 #   SHM_STRICT      1: at the end, any new SHM_GLOB file fails; 0: only files
@@ -528,14 +529,19 @@ fi
 
 # ---- corrupted shared memory ends the job (doorbell, one node) ----
 # Rank 0 writes a bad tail into rank 1's queue header, then sends to it
-# (header), or a bad header word over the record rank 1 reads next
-# (record): the job must end, well inside the timeout, with doorbell's
-# error naming the structure (no hang, no message through the broken queue).
+# (header: off the 16-byte grid; tail_shift: moved by 48 bytes), a bad
+# header word over the record rank 1 reads next (record), or another pid
+# into its own fast box's lock at rank 1 (box_lock): the job must end, well
+# inside the timeout, with doorbell's error naming the structure (no hang,
+# no message through the broken queue or box).
 if [[ $CORRUPT_HEADER == 1 ]]; then
-    for mode in header record; do
+    for mode in header record tail_shift box_lock; do
         label="corrupt_header $mode np=2 [$BTL]"
-        if [[ $mode == header ]]; then want="the header of a peer's window queue broke its format"; else
-            want="a record in a window queue broke its format"; fi
+        case $mode in
+            header | tail_shift) want="the header of a window queue broke its format" ;;
+            record) want="a record in a window queue broke its format" ;;
+            box_lock) want="a peer's fast box broke its format" ;;
+        esac
         if [[ ! -x $BIN/corrupt_header ]]; then
             fail "$label" "not built"
             continue

@@ -193,15 +193,79 @@ fn a_tail_moved_ahead_of_the_records_ends_the_queue_for_the_receiver() {
 
 #[test]
 fn a_fast_box_its_sender_finds_broken_ends_its_owner_for_the_sender() {
+    // The box's lock (at 0 in its ring header) is only ever 0 or its one
+    // sender's pid, its tail (at 8) where that sender left it: on the grid,
+    // over a free word.  Through send and through send_small.
+    for (what, small) in [("tail off the grid", false), ("lock", false), ("lock", true), ("tail on a record", false), ("tail on a record", true)] {
+        let (a, b, j) = pair();
+        box_in_use(&a, &b);
+        let m = control_file(&j, 1);
+        let (lock, tail) = (read_u64(&m, fast_box(0)), read_u64(&m, fast_box(0) + 8));
+        match what {
+            "tail off the grid" => write_u64(&m, fast_box(0) + 8, tail + 8),
+            // A pid no process has (past pid_max), in the lock's 4 bytes.
+            "lock" => write_u64(&m, fast_box(0), (lock & !0xffff_ffff) | 0x7fff_fff0),
+            // Back onto the last record, whose header word is not 0.
+            _ => write_u64(&m, fast_box(0) + 8, tail - 16),
+        }
+        let sent = a.counters().shm_box_sent;
+        let r = if small { a.send_small(1, 0, 7, b"ne", b"xt") } else { a.send(1, 0, 7, &[b"next"]) };
+        assert_eq!(r, Err(Error::Corrupt(Corrupt::FastBox)), "{what}, small {small}");
+        assert_eq!(a.counters().shm_box_sent, sent, "{what}: nothing went in the box");
+        let w = a.wait(0, Some(WaitMode::Block), WATCHDOG, &mut |_, _, _| panic!("nothing to deliver"));
+        assert_eq!(w, Ok(Woke::PeerCorrupt(1, Corrupt::FastBox)), "{what}");
+        assert_eq!(a.send(1, 0, 7, &[b"x"]), Err(Error::PeerLost), "{what}");
+        // Nothing came through the queue instead.
+        assert_eq!(b.progress(0, &mut |_, _, d| panic!("{what}: delivered {d:?}")), Ok(Woke::Message(0)));
+    }
+}
+
+#[test]
+fn a_tail_moved_onto_earlier_bytes_ends_its_owner_for_the_sender() {
+    // Over bytes an earlier message left (forward) or onto the last record
+    // (back), or a ring and more away: the sender's very next message, a
+    // small one that takes the direct path, finds it.  Before, the direct
+    // path wrote there; a tail moved back overwrote unread records.
+    for by in [16i64, 32, 16 * 1000, -32, 16 << 20] {
+        let (a, b, j) = pair();
+        // Three messages of 70,000 bytes: the second lies past the hot
+        // start, the third after a rewind (record.rs HOT_BYTES), so the
+        // bytes ahead of the tail are the second's.
+        let big = vec![3u8; 70_000];
+        for _ in 0..3 {
+            a.send(1, 0, 7, &[&big]).unwrap();
+            assert_eq!(receive(&b), big);
+        }
+        let m = control_file(&j, 1);
+        // Window 0's tail (at 8); the queue's size, `queue_bytes` at 36 of
+        // the control header.
+        let (tail, cap) = (read_u64(&m, queue0() + 8), read_u64(&m, 32) >> 32);
+        let moved = tail.wrapping_add_signed(by);
+        if by.unsigned_abs() < cap {
+            let word = queue0_data() + (moved % cap) as usize;
+            assert_ne!(read_u64(&m, word), 0, "{by}: earlier bytes at the moved tail");
+        }
+        write_u64(&m, queue0() + 8, moved);
+        assert_eq!(a.send_small(1, 0, 7, b"sec", b"ond"), Err(Error::Corrupt(Corrupt::QueueHeader)), "moved by {by}");
+        let w = a.wait(0, Some(WaitMode::Block), WATCHDOG, &mut |_, _, _| panic!("nothing to deliver"));
+        assert_eq!(w, Ok(Woke::PeerCorrupt(1, Corrupt::QueueHeader)), "{by}");
+        assert_eq!(a.send(1, 0, 7, &[b"x"]), Err(Error::PeerLost), "{by}");
+    }
+}
+
+#[test]
+fn a_receiver_that_polls_finds_a_moved_tail_too() {
+    // A receiver that never sleeps (WaitMode::Poll) and skips the passes
+    // the look for work says no to: it looks at the tails now and then
+    // (work_check.rs), not only before a sleep.
     let (a, b, j) = pair();
-    box_in_use(&a, &b);
+    a.send(1, 0, 7, &[b"first"]).unwrap();
+    assert_eq!(receive(&b), b"first");
     let m = control_file(&j, 1);
-    // The box's tail (at 8 in its ring header) off the 16-byte grid.
-    write_u64(&m, fast_box(0) + 8, read_u64(&m, fast_box(0) + 8) + 8);
-    assert_eq!(a.send(1, 0, 7, &[b"next"]), Err(Error::Corrupt(Corrupt::FastBox)));
-    let w = a.wait(0, Some(WaitMode::Block), WATCHDOG, &mut |_, _, _| panic!("nothing to deliver"));
-    assert_eq!(w, Ok(Woke::PeerCorrupt(1, Corrupt::FastBox)));
-    assert_eq!(a.send(1, 0, 7, &[b"x"]), Err(Error::PeerLost));
+    write_u64(&m, queue0() + 8, read_u64(&m, queue0() + 8) + 32);
+    a.send(1, 0, 7, &[b"second"]).unwrap();
+    let w = b.wait(0, Some(WaitMode::Poll), WATCHDOG, &mut |_, _, d| panic!("delivered {d:?}"));
+    assert_eq!(w, Ok(Woke::PeerCorrupt(0, Corrupt::QueueHeader)));
 }
 
 #[test]

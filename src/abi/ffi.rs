@@ -66,14 +66,17 @@ pub const DOORBELL_ERR_IN_USE: c_int = -16;
 /// might no longer arrive and a lost peer go unreported.  Destroy the
 /// endpoint.
 pub const DOORBELL_ERR_FLIH_FAILED: c_int = -17;
-/// Shared memory broke its format: the header of the window queue of the
-/// task in wake->task (found sending to it).  That task is dropped, as if
-/// lost (its sends fail with PEER_LOST); stderr says what was wrong.
+/// Shared memory broke its format: the header of a window queue, the one
+/// of the task in wake->task (found sending to it), or this task's own
+/// (its tail moved ahead: every local task that sent to that window is
+/// reported, one per call).  The task is dropped, as if lost (its sends
+/// fail with PEER_LOST); stderr says what was wrong.
 /// Reported once per window, by progress or wait (and by the send that
 /// found it).
 pub const DOORBELL_ERR_CORRUPT_QUEUE_HEADER: c_int = -18;
-/// Shared memory broke its format: the fast box of the task in
-/// wake->task, which is dropped as for CORRUPT_QUEUE_HEADER.
+/// Shared memory broke its format: a fast box between this task and the
+/// task in wake->task (found by its sender or its receiver); that task is
+/// dropped as for CORRUPT_QUEUE_HEADER.
 pub const DOORBELL_ERR_CORRUPT_FAST_BOX: c_int = -19;
 /// Shared memory broke its format: a record in this task's window queue.
 /// Every local task that sent to that window is dropped and reported (one

@@ -15,6 +15,10 @@ use crate::endpoint::Inner;
 use crate::shm::queue::QueueRef;
 use std::sync::atomic::Ordering;
 
+/// Every this many receive passes and looks of the process
+/// (`receive_passes`), a look checks the tails (`tails_broke`).
+const TAIL_CHECK_EVERY: u64 = 4096;
+
 /// The answer of `work_kind`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Work {
@@ -44,13 +48,54 @@ impl Inner {
             || self.window_flagged(window);
         if other {
             Work::Any
-        } else if self.windows[window as usize].queue_view.as_ref().is_none_or(QueueRef::unread_or_waiting)
-            || self.boxes_unread(window)
-        {
+        } else if crate::shm::queue::receive_passes() % TAIL_CHECK_EVERY == 0 {
+            // A branch of its own that ends the look: one that went on
+            // after the call kept `self` in saved registers (8 instructions
+            // more on every look).
+            self.local_work_after_tails(window)
+        } else {
+            self.local_work(window)
+        }
+    }
+
+    /// The shared-memory part of `work_kind`.
+    #[inline(always)]
+    fn local_work(&self, window: u32) -> Work {
+        if self.windows[window as usize].queue_view.as_ref().is_none_or(QueueRef::unread_or_waiting) || self.boxes_unread(window) {
             Work::Local
         } else {
             Work::None
         }
+    }
+
+    /// `local_work`, after the look at the tails (`tails_broke`): Any if a
+    /// structure broke, so that a pass hands out the event.
+    #[cold]
+    #[inline(never)]
+    fn local_work_after_tails(&self, window: u32) -> Work {
+        if self.tails_broke() {
+            return Work::Any;
+        }
+        self.local_work(window)
+    }
+
+    /// Now and then (TAIL_CHECK_EVERY looks and passes of this process):
+    /// are the tails of every open window's queue and fast boxes ones their
+    /// senders could have left (queue.rs `tail_ahead`)?  What broke is
+    /// reported as a pass reports it, and true returned.  A tail moved ahead leaves a queue
+    /// empty for ever, and a receiver that polls, never sleeps and skips
+    /// every pass a look says no to would never look otherwise (a wait
+    /// looks before it sleeps: `has_work`).  Takes each window's receive
+    /// side if free (the only lock a look takes, and only here).
+    fn tails_broke(&self) -> bool {
+        let open = self.control.windows_open() as usize;
+        let mut broke = false;
+        for (w, win) in self.windows[..open].iter().enumerate() {
+            if let Some(mut rx) = win.rx.try_lock() {
+                broke |= self.report_tails_ahead(w as u32, &mut rx);
+            }
+        }
+        broke
     }
 
     /// Could a fast box of `window` hold an unread record, or a new box

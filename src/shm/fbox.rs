@@ -449,6 +449,10 @@ mod loom_tests {
                     got += 1;
                 }, &mut broke);
                 assert!(broke.is_empty(), "{broke:?}");
+                // queue.rs's tail invariant, as the endpoint checks before
+                // it sleeps: no false alarm for the queue or a box.
+                assert!(!c.tail_ahead(), "the queue's tail");
+                assert!(boxes.boxes.iter().all(|b| !b.c.tail_ahead()), "a box's tail");
                 if n > 0 {
                     continue;
                 }

@@ -36,8 +36,8 @@
 //!   holder (`kill(pid, 0)` says ESRCH) and its lock taken over by CAS
 //!   (dead pid -> mine).  Each record is published before `tail` moves
 //!   past it, so a dead holder left at most one published record beyond
-//!   `tail`: the new holder steps over it (its stamp matches its position; any
-//!   other bytes there are an unfinished record, overwritten).  A message
+//!   `tail`: the new holder steps over it (its stamp matches its position;
+//!   any other nonzero word there is corrupt: the tail's invariant).  A message
 //!   whose FIRST chunks went in before its sender died is dropped by the
 //!   consumer when another sender's record follows.
 //! - SYNC POINT Q2 (backpressure wake-up, R3 with many producers): a
@@ -54,10 +54,28 @@
 //!   its record first, so under the lock the word at `tail` reads 0, and a
 //!   consumer whose Acquire load of `tail` is past its `head` finds the
 //!   record at `head` published.  A `tail` that another process moved by a
-//!   multiple of 16 breaks one or the other: the producer's careful path
-//!   (`locked`) checks the first, a consumer that finds nothing to read
-//!   checks the second (`tail_ahead`: every TAIL_CHECK_EVERY empty polls
-//!   and before its window sleeps), and either ends the queue as corrupt.
+//!   multiple of 16 breaks one or the other: every writer checks the first
+//!   right after it takes the lock (`tail_ok`; a takeover after stepping
+//!   over the dead holder's record), a consumer that finds nothing to read
+//!   checks the second (`tail_ahead`: every TAIL_CHECK_EVERY empty polls,
+//!   before its window sleeps, and now and then for a receiver that skips
+//!   its passes, work_check.rs), and either ends the queue as corrupt.
+//!   - Why 0 under the lock: the last holder zeroed the word before its
+//!     last publish and released the lock after (Release); our Acquire of
+//!     the lock sees that zero, and only a holder writes a header word, at
+//!     its own `tail`.  A nonzero word means `tail` moved onto a record or
+//!     onto stale bytes of an earlier lap.  The load is on the line the
+//!     record goes to, the one load a direct write gains.
+//!   - Why the consumer loads `tail` first: the other way round, a publish
+//!     and its tail store between the two loads would look the same.
+//!     `tail` may read behind `head` (stored after the publish of the
+//!     record just read) but by less than a ring, and it is never more
+//!     than a ring ahead (the producers keep 16 bytes back): either is
+//!     corrupt too.  `tail` is on the producers' line, so it is loaded only
+//!     by a consumer that found nothing, never on a delivering pass.
+//!   - A head past `tail`, even the one a writer cached, or more than a
+//!     ring behind it, is corrupt (`fresh_head`); so is a fast box's lock
+//!     that is neither 0 nor its one sender's pid (`lock_busy`).
 
 use crate::shm::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK_REF_BYTES};
 #[cfg(not(loom))]
@@ -106,6 +124,13 @@ static RECEIVE_PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU
 pub(crate) fn note_receive_pass() {
     // Not an RMW: a lost increment between threads only delays a hint.
     RECEIVE_PASSES.store(RECEIVE_PASSES.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+}
+
+/// Receive passes begun so far (work_check.rs paces its looks at the
+/// tails by it).
+#[inline(always)]
+pub(crate) fn receive_passes() -> u64 {
+    RECEIVE_PASSES.load(Ordering::Relaxed)
 }
 
 /// The largest message write_small takes (four lines with its header).
@@ -532,6 +557,30 @@ impl QueueWriter {
         true
     }
 
+    /// Is `tail`, just read under the lock, where the last holder left it:
+    /// on the grid, its header word 0 (the tail's invariant, module
+    /// comment)?  Else the ring is corrupt (`bad_head`).  Caller holds the
+    /// lock.
+    #[inline(always)]
+    fn tail_ok(&self, tail: u64) -> bool {
+        // (word() wants a 16-aligned position: checked first.)
+        if tail.is_multiple_of(ALIGN) && self.q.word(tail).load(Ordering::Relaxed) == 0 {
+            return true;
+        }
+        self.bad_head.store(true, Ordering::Relaxed);
+        false
+    }
+
+    /// The lock was found held by `holder`.  A fast box's lock is only
+    /// ever 0 or ours (its one sender's threads share it): any other value
+    /// is corrupt.
+    #[cold]
+    fn lock_busy(&self, holder: u32) {
+        if !self.q.shared && holder != self.pid {
+            self.bad_head.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// The consumer's `head` as it is now (SYNC POINT R2, producer side),
     /// noted in `head_cache`; None if no consumer wrote it (past `tail`,
     /// or more than a ring behind it): the header is corrupt, and the
@@ -551,7 +600,8 @@ impl QueueWriter {
     fn free(&self, tail: u64, need: u64) -> u64 {
         let room = |head: u64| self.q.cap.saturating_sub(ALIGN + tail.saturating_sub(head));
         let mut head = self.head_cache.load(Ordering::Relaxed);
-        if room(head) < need {
+        // A cached head past `tail`: `tail` moved back (module comment).
+        if room(head) < need || head > tail {
             let Some(h) = self.fresh_head(tail) else { return 0 };
             head = h;
         }
@@ -673,21 +723,19 @@ impl QueueWriter {
     pub fn write_whole(&self, tag: u8, msg: &Gather, ring: &mut dyn FnMut() -> bool) -> bool {
         let h = self.q.hdr();
         let total = msg.len();
-        // A corrupt header is the producer's to report (`write`).
+        // A corrupt header is reported by the caller: the producer's
+        // `write` for a queue, the endpoint for a box (`found_corrupt`).
         if !self.takes_whole(total) || self.bad_head.load(Ordering::Relaxed) {
             return false;
         }
         // SYNC POINT Q1 (acquire): one try; a busy lock means the careful path.
-        if h.lock.compare_exchange(0, self.pid, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if let Err(holder) = h.lock.compare_exchange(0, self.pid, Ordering::Acquire, Ordering::Relaxed) {
+            self.lock_busy(holder);
             return false;
         }
         let mut tail = h.tail.load(Ordering::Relaxed);
         let mut next = h.next_rewind_check.load(Ordering::Relaxed);
-        if !tail.is_multiple_of(ALIGN) {
-            // A fast box has no careful path to say so (`write` does).
-            self.bad_head.store(true, Ordering::Relaxed);
-        }
-        let ok = tail.is_multiple_of(ALIGN) && {
+        let ok = self.tail_ok(tail) && {
             if tail >= next {
                 self.rewind_if_empty(&mut tail, &mut next, align16(REC + total));
             }
@@ -733,7 +781,7 @@ impl QueueWriter {
             && h.lock.compare_exchange(0, self.pid, Ordering::Acquire, Ordering::Relaxed).is_ok()
         {
             let mut tail = h.tail.load(Ordering::Relaxed);
-            let simple = tail.is_multiple_of(ALIGN)
+            let simple = self.tail_ok(tail)
                 && tail < h.next_rewind_check.load(Ordering::Relaxed)
                 && size <= self.q.cap - self.q.offset(tail)
                 && self.free(tail, size) >= size;
@@ -848,11 +896,12 @@ impl QueueProducer {
                 return Err(Error::Shm);
             }
             tail += size;
-            h.tail.store(tail, Ordering::Relaxed);
+            // Release, as in put_with: a consumer that sees this tail sees
+            // the record it steps over (the tail's invariant).
+            h.tail.store(tail, Ordering::Release);
         }
         // The tail's invariant (module comment): else `tail` was moved.
-        if self.w.q.word(tail).load(Ordering::Relaxed) != 0 {
-            self.w.bad_head.store(true, Ordering::Relaxed);
+        if !self.w.tail_ok(tail) {
             self.unlock();
             return Err(Error::Shm);
         }
@@ -1165,13 +1214,17 @@ impl QueueConsumer {
         named.filter(|&t| t < MAX_PEERS).or(self.assembling.as_ref().map(|a| a.0))
     }
 
-    /// Is `tail` past `head` while no record is published at `head`?  Then
-    /// another process moved it (the tail's invariant, module comment): the
-    /// records producers put there are where this consumer never reads.
+    /// Is `tail` past `head` while no record is published at `head`, or
+    /// more than a ring from `head` either way?  Then another process moved
+    /// it (the tail's invariant, module comment): the records producers put
+    /// there are where this consumer never reads.
     pub fn tail_ahead(&self) -> bool {
         // Tail first (Acquire), then the word: see the module comment.
         let tail = self.q.hdr().tail.load(Ordering::Acquire);
-        tail > self.head && self.q.word(self.head).load(Ordering::Acquire) == 0
+        let cap = self.q.cap;
+        tail > self.head.saturating_add(cap)
+            || self.head > tail.saturating_add(cap)
+            || (tail > self.head && self.q.word(self.head).load(Ordering::Acquire) == 0)
     }
 
     /// A poll found nothing: every TAIL_CHECK_EVERY-th time, `tail_ahead`.
@@ -1423,9 +1476,12 @@ mod tests {
         (0..len).map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8).collect()
     }
 
+    /// Everything the queue holds now.  A healthy queue's tail passes the
+    /// check after it (the tail's invariant): every test that drains asks.
     fn drain(c: &mut QueueConsumer) -> Vec<(u32, u8, Vec<u8>)> {
         let mut got = vec![];
         c.poll(usize::MAX, |s, t, d| got.push((s, t, d.to_vec()))).unwrap();
+        assert!(!c.tail_ahead(), "a tail the producers left, at {}", c.position());
         got
     }
 
@@ -1521,6 +1577,8 @@ mod tests {
                 seen[s as usize] += 1;
             })
             .unwrap();
+            // While four senders write: no false alarm.
+            assert!(!c.tail_ahead(), "at {}", c.position());
         }
         for h in hs {
             h.join().unwrap();
@@ -1980,6 +2038,124 @@ mod tests {
         assert_eq!(f.q().hdr().lock.load(Ordering::Relaxed), 0, "the lock was given back");
     }
 
+    /// A header word of an earlier lap at every 16-byte position: a lap
+    /// of 32-byte records whose payload has no zero byte, all read.
+    fn lap_of_records(f: &Fixture, p: &mut QueueProducer, c: &mut QueueConsumer) {
+        for _ in 0..f.cap / 32 + 1 {
+            assert!(send(p, 1, &[0xab; 24]));
+            assert_eq!(drain(c).len(), 1);
+        }
+    }
+
+    fn move_tail(f: &Fixture, by: i64) {
+        let t = f.q().hdr().tail.load(Ordering::Relaxed);
+        f.q().hdr().tail.store(t.wrapping_add_signed(by), Ordering::Relaxed);
+    }
+
+    #[test]
+    fn every_writer_refuses_a_tail_moved_onto_earlier_bytes() {
+        // Forward onto an earlier lap's bytes or back onto records, by one
+        // or two records' alignment or a large multiple: the word at the
+        // moved tail is not 0, or the head is past it or a ring away.  The
+        // direct writes (write_small, write_whole: every small message,
+        // every fast box) once checked none of it and wrote there.
+        for by in [16i64, 32, 16 * 97, -16, -32, -16 * 97, 16 << 20, -(16 << 20)] {
+            let f = fixture("tailmoved", 4096);
+            let mut p = f.producer(1, Live::new().pid(), 0);
+            let mut c = f.consumer();
+            lap_of_records(&f, &mut p, &mut c);
+            move_tail(&f, by);
+            let w = p.writer().clone();
+            assert!(!w.write_small(1, b"x", b"y", || true), "{by}: a direct write went in");
+            assert!(w.found_corrupt(), "{by}");
+            assert!(!w.write_whole(1, &Gather::new(&[&b"xy"[..]]), &mut || true), "{by}");
+            assert_eq!(p.write(1, &Gather::new(&[&b"xy"[..]]), &mut 0), Err(Error::Shm), "moved by {by}");
+            assert_eq!(f.q().hdr().lock.load(Ordering::Relaxed), 0, "{by}: the lock was given back");
+            assert_eq!(c.poll(10, |_, _, _| panic!("{by}: delivered")), Ok(0));
+        }
+    }
+
+    #[test]
+    fn a_tail_a_ring_away_is_found_and_one_read_behind_is_not() {
+        // A tail more than a ring ahead of the head, or behind it (the
+        // lap leaves the head at 4128).
+        for by in [16i64 << 20, -4096 - 16] {
+            let f = fixture("tailring", 4096);
+            let mut p = f.producer(1, Live::new().pid(), 0);
+            let mut c = f.consumer();
+            lap_of_records(&f, &mut p, &mut c);
+            move_tail(&f, by);
+            assert!(c.tail_ahead(), "moved by {by}");
+        }
+        // The consumer may read a record before its producer stored the
+        // tail past it (the tail follows the publish), or a dead holder's
+        // record that was never counted (Q1): the tail then reads behind
+        // the head by that record, which is no corruption.
+        let f = fixture("tailbehind", 4096);
+        let mut p = f.producer(1, Live::new().pid(), 0);
+        let mut c = f.consumer();
+        assert!(send(&mut p, 1, &[5u8; 1000]));
+        move_tail(&f, -1008);
+        assert_eq!(drain(&mut c).len(), 1);
+    }
+
+    /// Fast box 0's writer and reader over the fixture's segment.
+    fn fast_box(f: &Fixture, pid: u32) -> (QueueWriter, QueueConsumer) {
+        let q = QueueRef::new_box(f.seg.clone(), 64, 4096).unwrap();
+        (QueueWriter::for_box(q.clone(), 3, pid).unwrap(), QueueConsumer::new(q, f.id(0), 1 << 20).unwrap())
+    }
+
+    #[test]
+    fn a_box_writer_tells_a_corrupt_box_from_a_busy_one() {
+        // A fast box has one sender: its lock is 0 or that sender's pid,
+        // its tail where that sender left it, its head no further than its
+        // tail.  Anything else its writer finds is corruption
+        // (`found_corrupt`), which the endpoint reports; a lock of another
+        // pid, or a tail on the grid over a record, once only made the
+        // writer say "not now", and the sender went on through the queue.
+        let me = Live::new();
+        let other = Live::new();
+        let cases: [(&str, &dyn Fn(&RingHeader)); 5] = [
+            ("a lock no sender of the box holds", &|h| h.lock.store(other.pid(), Ordering::Relaxed)),
+            ("a tail off the grid", &|h| {
+                h.tail.fetch_add(8, Ordering::Relaxed);
+            }),
+            ("a tail on a record", &|h| {
+                h.tail.fetch_sub(32, Ordering::Relaxed);
+            }),
+            ("a tail moved over stale bytes", &|h| {
+                h.tail.fetch_add(48, Ordering::Relaxed);
+            }),
+            ("a head past the tail", &|h| h.head.store(1 << 40, Ordering::Relaxed)),
+        ];
+        for (what, corrupt) in cases {
+            let f = fixture("boxbad", 4096);
+            let (w, mut c) = fast_box(&f, me.pid());
+            let m = [0xcdu8; 24];
+            // A lap and more (stale words everywhere), then full.
+            for _ in 0..200 {
+                assert!(w.write_whole(1, &Gather::new(&[&m[..]]), &mut || true));
+                assert_eq!(drain(&mut c).len(), 1);
+            }
+            while w.write_whole(1, &Gather::new(&[&m[..]]), &mut || true) {}
+            assert!(!w.found_corrupt(), "{what}: a full box is not a broken one");
+            corrupt(w.q.hdr());
+            // The size of the records that filled it: no room (the head
+            // is loaded only for want of room).
+            assert!(!w.write_small(1, &m[..8], &m[8..], || true), "{what}");
+            assert!(!w.write_whole(1, &Gather::new(&[&m[..]]), &mut || true), "{what}");
+            assert!(w.found_corrupt(), "{what}");
+        }
+        // Our own pid in the lock: another thread of the sender holds it.
+        let f = fixture("boxbusy", 4096);
+        let (w, _c) = fast_box(&f, me.pid());
+        w.q.hdr().lock.store(me.pid(), Ordering::Relaxed);
+        assert!(!w.write_small(1, b"x", b"y", || true));
+        assert!(!w.found_corrupt(), "a busy box is not a broken one");
+        w.q.hdr().lock.store(0, Ordering::Relaxed);
+        assert!(w.write_small(1, b"x", b"y", || true));
+    }
+
     /// A busy queue never looks shifted: the tail is published after the
     /// records it passes (Release), read before the word at head.
     #[test]
@@ -2111,6 +2287,9 @@ mod loom_tests {
                 assert_eq!(t, PRODUCER);
                 ring(fx, producer_bell);
             });
+            // Whatever the producer is doing: no false alarm (the tail's
+            // invariant, as the endpoint checks before it sleeps).
+            assert!(!c.tail_ahead(), "the tail's check");
             if n > 0 || got == want {
                 continue;
             }

@@ -9,10 +9,12 @@ use std::io;
 /// broken or hostile process.  The peer it came from is dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Corrupt {
-    /// The header of a window queue we send into (its tail, head or
-    /// lock), found by a sender.
+    /// The header of a window queue (its tail, head or lock): found by a
+    /// sender, or by the queue's receiver (a tail moved ahead, which drops
+    /// every local sender to that window).
     QueueHeader,
-    /// A fast box (a record in it, or its header), found by its receiver.
+    /// A fast box (a record in it, or its header), found by its receiver
+    /// or by its sender.
     FastBox,
     /// A record in a window queue (or the bulk buffer it names), found by
     /// the receiver.
@@ -94,7 +96,7 @@ impl Error {
                 c"too many peers of other jobs: an endpoint meets at most 1024 endpoints of other jobs over its life"
             }
             Error::Corrupt(Corrupt::QueueHeader) => {
-                c"shared memory corrupt: the header of a peer's window queue broke its format; the peer is dropped"
+                c"shared memory corrupt: the header of a window queue broke its format; the peer is dropped"
             }
             Error::Corrupt(Corrupt::FastBox) => {
                 c"shared memory corrupt: a peer's fast box broke its format; the peer is dropped"

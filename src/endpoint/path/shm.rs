@@ -325,19 +325,29 @@ impl Inner {
         Ok(())
     }
 
-    /// Our fast box at `p` broke its header, as we found sending: `p` is
-    /// dropped, as for its queue.
+    /// Our fast box at `p` broke its header, as we found sending (queue.rs
+    /// `found_corrupt`: a lock, tail or head its one sender could not have
+    /// left): `p` is dropped, as for its queue.
     #[cold]
     fn fast_box_broke(&self, p: &Peer) -> Error {
         let task = p.task;
-        self.peer_corrupt(task, Corrupt::FastBox, &format!("our fast box at task {task}, found sending to it"));
-        Error::Corrupt(Corrupt::FastBox)
+        let detail = format!("our fast box at task {task}, found sending to it");
+        self.drop_corrupt(p, &mut lock(&p.tx), Corrupt::FastBox, &detail)
     }
 
     /// A queue of `p`'s (`window`'s) broke its header, as a producer found
     /// (queue.rs: its tail, head or a dead holder's record): nothing more
     /// can go in.  Drop what is queued for `p`, and `p`.
     fn queue_header_broke(&self, p: &Peer, window: u32, tx: &mut PeerTx) -> Error {
+        let task = p.task;
+        let detail = format!("the queue of task {task}'s window {window}, found sending to it");
+        self.drop_corrupt(p, tx, Corrupt::QueueHeader, &detail)
+    }
+
+    /// Shared memory we write to `p` broke its format (`what`): drop what
+    /// is queued for `p` (a chunked message part-way in gives its queue's
+    /// lock back), and `p` (peers.rs `peer_corrupt`).
+    fn drop_corrupt(&self, p: &Peer, tx: &mut PeerTx, what: Corrupt, detail: &str) -> Error {
         self.shm.backlog_msgs.fetch_sub(tx.backlog.len() as u64, Ordering::Relaxed);
         self.shm.backlog_bytes.fetch_sub(tx.backlog_bytes, Ordering::Relaxed);
         tx.backlog_bytes = 0;
@@ -347,9 +357,8 @@ impl Inner {
         for q in tx.queues.iter_mut().flatten() {
             q.abandon();
         }
-        let task = p.task;
-        self.peer_corrupt(task, Corrupt::QueueHeader, &format!("the queue of task {task}'s window {window}, found sending to it"));
-        Error::Corrupt(Corrupt::QueueHeader)
+        self.peer_corrupt(p.task, what, detail);
+        Error::Corrupt(what)
     }
 
     /// Push a peer's backlog into its queues as far as they take it.  A
@@ -553,9 +562,10 @@ impl Inner {
         Some(delivered)
     }
 
-    /// Before a sleep on `window`: a tail moved ahead of the records
-    /// (queue.rs `tail_ahead`) is reported now, as a pass finds it.  True
-    /// if one was.
+    /// Before a sleep on `window`, or now and then (work_check.rs
+    /// `tails_broke`): a
+    /// tail moved ahead of the records (queue.rs `tail_ahead`) is reported
+    /// now, as a pass finds it.  True if one was.
     #[cold]
     pub(crate) fn report_tails_ahead(&self, window: u32, rx: &mut WindowRx) -> bool {
         let broke = rx.take_tails_ahead();
