@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// What a connection's set watches for it; EPOLLOUT is added while it has a queue.
@@ -59,6 +59,8 @@ pub struct Conn {
     pub task: AtomicU32,
     pub dead: AtomicBool,
     rx: Mutex<Rx>,
+    /// A reader found `rx` held: the holder reads once more (read_ready).
+    rx_again: AtomicBool,
     tx: Mutex<Tx>,
     /// Frame bodies and queued sends come from, and go back to, this pool.
     pool: Arc<BufPool>,
@@ -249,6 +251,7 @@ impl Conn {
             task: AtomicU32::new(task),
             dead: AtomicBool::new(false),
             rx: Mutex::new(Rx { stage: vec![0; STAGE], start: 0, end: 0, body: None, admitted: 0, held: None, big: false }),
+            rx_again: AtomicBool::new(false),
             tx: Mutex::new(Tx::default()),
             pool,
         })
@@ -259,8 +262,10 @@ impl Conn {
     }
 
     /// Read everything available and hand each event to `on`.  A reader
-    /// already at work means "nothing to do": it reads until the socket is
-    /// empty, this call's readiness included.
+    /// already at work means "nothing to do" for this call: it flags
+    /// `rx_again`, and the reader at work, which may be past its last recv,
+    /// reads once more before it returns; so the bytes whose edge this
+    /// call was given are read whichever thread got the edge.
     ///
     /// A read that returns less than it asked for emptied the socket (TCP
     /// copies until its queue and backlog are empty), and bytes that arrive
@@ -276,11 +281,47 @@ impl Conn {
         claim: ReadClaim,
         on: &mut dyn FnMut(RxEvent),
     ) -> RxEnd {
-        let mut rx = match self.rx.try_lock() {
-            Ok(rx) => rx,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return RxEnd::Drained,
-        };
+        loop {
+            let mut rx = match self.rx.try_lock() {
+                Ok(rx) => rx,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    // The flag first, then look again: either the reader
+                    // sees the flag after it unlocks, or this try finds the
+                    // lock free (the fences order the two).
+                    self.rx_again.store(true, Ordering::SeqCst);
+                    fence(Ordering::SeqCst);
+                    match self.rx.try_lock() {
+                        Ok(rx) => rx,
+                        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                        Err(std::sync::TryLockError::WouldBlock) => return RxEnd::Drained,
+                    }
+                }
+            };
+            // What flagged before this point is read below.
+            self.rx_again.swap(false, Ordering::SeqCst);
+            let end = self.read_locked(&mut rx, to_eof, max_message, budget, claim, on);
+            drop(rx);
+            if end != RxEnd::Drained {
+                return end;
+            }
+            fence(Ordering::SeqCst);
+            if !self.rx_again.swap(false, Ordering::SeqCst) {
+                return end;
+            }
+        }
+    }
+
+    /// read_ready's work, with the receive side held.
+    fn read_locked(
+        &self,
+        rx: &mut Rx,
+        to_eof: bool,
+        max_message: u64,
+        budget: &RxBudget,
+        claim: ReadClaim,
+        on: &mut dyn FnMut(RxEvent),
+    ) -> RxEnd {
         let mut emptied = false;
         let mut moved = false;
         let end = loop {
@@ -1028,6 +1069,49 @@ mod tests {
         drop(batch);
         assert!(available(&mut peer).is_empty());
         assert!(!conn.ahead_pending());
+    }
+
+    /// Two threads given the socket's edge-triggered readiness (a progress
+    /// pass and the FLIH): the one that finds the other reading returns at
+    /// once, so the reader must take the bytes that woke it.  Here the
+    /// reader is held inside its last frame, past its last recv, while the
+    /// second frame arrives and the other thread looks.
+    #[test]
+    fn a_reader_busy_past_its_last_recv_takes_the_bytes_another_was_woken_for() {
+        use std::sync::mpsc;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (mut peer, conn) = pair(&l);
+        let conn = Arc::new(conn);
+        let budget = Arc::new(RxBudget::new(1 << 20));
+        peer.write_all(&frame_bytes(1, b"first")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let (inside_tx, inside_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let reader = {
+            let (conn, budget) = (conn.clone(), budget.clone());
+            std::thread::spawn(move || {
+                let mut tags = vec![];
+                conn.read_ready(false, 1 << 30, &budget, &|_, _| None, &mut |e| {
+                    if let RxEvent::Frame { tag, .. } = e {
+                        if tag == 1 {
+                            inside_tx.send(()).unwrap();
+                            go_rx.recv().unwrap();
+                        }
+                        tags.push(tag);
+                    }
+                });
+                tags
+            })
+        };
+        inside_rx.recv().unwrap();
+        peer.write_all(&frame_bytes(2, b"second")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let mut other = vec![];
+        let end = conn.read_ready(false, 1 << 30, &budget, &|_, _| None, &mut |e| other.push(e));
+        assert_eq!(end, RxEnd::Drained);
+        assert!(other.is_empty(), "the reader at work owns the connection");
+        go_tx.send(()).unwrap();
+        assert_eq!(reader.join().unwrap(), vec![1, 2], "the second frame was left in the socket, its edge spent");
     }
 
     #[test]
