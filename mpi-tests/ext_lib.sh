@@ -54,7 +54,7 @@ ext_mpich_tests() {
     if [[ ! -f $EXT_DIR/mpich_$ver.orig.tar.xz ]]; then
         mkdir -p "$apt/lists/partial"
         echo 'deb-src http://deb.debian.org/debian bookworm main' >"$apt/sources.list"
-        local opts=(-q -o Dir::Etc::SourceList="$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+        local opts=(-qq -o Dir::Etc::SourceList="$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
             -o Dir::State::Lists="$apt/lists" -o Dir::Cache="$apt/cache")
         apt-get "${opts[@]}" update >&2 &&
             (cd "$EXT_DIR" && apt-get "${opts[@]}" source --download-only "mpich=$ver-3") >&2 ||
