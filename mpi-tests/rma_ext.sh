@@ -91,14 +91,15 @@ if [[ -z $ONLY || $ONLY == imb ]]; then
             timeout 900 "${MPIRUN[@]}" $(config_args "$c") -np "$IMB_NP" "$IMB" </dev/null >"$log" 2>&1
             rc=$?
             t1=$(date +%s.%N)
+            wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
             TOTAL[$c]=$((TOTAL[$c] + 1))
             if [[ $rc == 0 ]] && grep -q 'All processes entering MPI_Finalize' "$log"; then
                 PASSED[$c]=$((PASSED[$c] + 1))
-                WALLS[$c]+="$(echo "$t1 - $t0" | bc) "
+                WALLS[$c]+="$wall "
             else
                 NEW_FAILURES+=("IMB-RMA round $r under $c: rc $rc, $log")
             fi
-            echo "IMB-RMA round $r $c: rc $rc, $(echo "$t1 - $t0" | bc) s"
+            echo "IMB-RMA round $r $c: rc $rc, $wall s"
         done
     done
     median() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
@@ -106,8 +107,8 @@ if [[ -z $ONLY || $ONLY == imb ]]; then
     for c in $CONFIGS; do
         m=$(echo "${WALLS[$c]:-}" | median)
         ratio=-
-        [[ -n $m && -n $ref_median ]] && ratio=$(echo "scale=2; $m / $ref_median" | bc)
-        SUMMARY+=("$(printf 'IMB-RMA  %-24s median wall %s s over %s rounds, %sx %s' "$c" "${m:--}" \
+        [[ -n $m && -n $ref_median ]] && ratio=$(awk -v a="$m" -v b="$ref_median" 'BEGIN { printf "%.2f", a / b }')
+        SUMMARY+=("$(printf 'IMB-RMA  %-24s median wall %.1f s over %s rounds, %sx %s' "$c" "${m:-0}" \
             "$(echo "${WALLS[$c]:-}" | wc -w)" "$ratio" "$REF")")
     done
     summarize IMB-RMA
