@@ -116,6 +116,25 @@ impl Exposures {
         (whose && r.access & access == access && r.covers(addr, len)).then_some(r)
     }
 
+    /// The region an RMA request may use: the one of the key it names
+    /// (`check_access`); else, when that key names a window's exposure
+    /// (one to every task), any window exposure that grants `access` on the
+    /// range.  Open MPI 4.1's osc rdma looks a dynamic window's region up
+    /// in the target's table and reads its handle after letting the table's
+    /// lock go, while a concurrent MPI_Win_attach may shift the entries:
+    /// the request then names a neighbouring region's key (vader's CMA
+    /// ignores handles).  Keys are sequence numbers, not secrets: what
+    /// grants is the task, the range and the rights.
+    pub fn check_rma(&self, task: u32, key: u64, addr: u64, len: u64, access: u32) -> Option<Arc<Region>> {
+        if let Some(r) = self.check_access(task, key, addr, len, access) {
+            return Some(r);
+        }
+        let map = lock(&self.map);
+        map.get(&key).filter(|r| r.task == ANY_TASK)?;
+        let fits = |r: &&Arc<Region>| r.task == ANY_TASK && r.access & access == access && r.covers(addr, len);
+        map.values().find(fits).cloned()
+    }
+
     #[cfg(test)]
     pub fn count(&self) -> usize {
         lock(&self.map).len()
@@ -312,6 +331,33 @@ mod tests {
         assert!(e.any_shared());
         assert!(e.unexpose(key, |_| {}) && e.unexpose(one, |_| {}));
         assert!(!e.any_shared(), "no RMA window left");
+    }
+
+    /// osc rdma can name the key of another region of a dynamic window (see
+    /// check_rma): the request is served if some window exposure grants the
+    /// range and the access, and only then.
+    #[test]
+    fn an_rma_request_with_a_neighbouring_regions_key_is_judged_by_its_range() {
+        use crate::net::rma::{ACCESS_ATOMIC, ACCESS_READ, ACCESS_WRITE};
+        let e = Exposures::default();
+        let all = ACCESS_READ | ACCESS_WRITE | ACCESS_ATOMIC;
+        let a = e.expose_for(ANY_TASK, 0x1000, 0x1000, all).unwrap();
+        let b = e.expose_for(ANY_TASK, 0x3000, 0x1000, all).unwrap();
+        let r = e.check_rma(3, b, 0x1ff8, 8, ACCESS_ATOMIC).expect("a's range, b's key");
+        assert_eq!((r.base, r.len), (0x1000, 0x1000));
+        assert!(e.check_rma(3, a, 0x3000, 8, ACCESS_WRITE).is_some());
+        assert!(e.check_rma(3, b, 0x2000, 8, ACCESS_READ).is_none(), "between the regions");
+        assert!(e.check_rma(3, a, 0x1ffc, 8, ACCESS_READ).is_none(), "across a's end");
+        let ro = e.expose_for(ANY_TASK, 0x5000, 0x100, ACCESS_READ).unwrap();
+        assert!(e.check_rma(3, a, 0x5000, 8, ACCESS_WRITE).is_none(), "no region grants writes there");
+        let mine = e.expose(4, 0x7000, 0x100).unwrap();
+        assert!(e.check_rma(3, a, 0x7000, 8, ACCESS_READ).is_none(), "another task's exposure");
+        assert!(e.check_rma(4, a, 0x7000, 8, ACCESS_READ).is_none(), "a message buffer is no RMA window");
+        assert!(e.check_rma(3, 99, 0x1000, 8, ACCESS_READ).is_none(), "a key that names nothing");
+        assert!(e.check_rma(4, mine, 0x1000, 8, ACCESS_READ).is_none(), "a message buffer's key");
+        assert!(e.unexpose(a, |_| {}));
+        assert!(e.check_rma(3, b, 0x1000, 8, ACCESS_READ).is_none(), "unexposed");
+        assert!(e.unexpose(b, |_| {}) && e.unexpose(ro, |_| {}) && e.unexpose(mine, |_| {}));
     }
 
     #[test]

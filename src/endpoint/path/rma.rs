@@ -257,7 +257,7 @@ impl Inner {
         let Some((req, data)) = Request::decode(tag, body) else { return false };
         let mut reply = Reply { id: req.id, status: rma::STATUS_OK, result: 0 };
         let mut out: Vec<u8> = Vec::new();
-        let region = self.tcp.exposures().check_access(conn.task(), req.key, req.addr, req.op.span(), req.op.access());
+        let region = self.tcp.exposures().check_rma(conn.task(), req.key, req.addr, req.op.span(), req.op.access());
         let held = region.as_ref().and_then(|r| r.hold());
         match (held, req.op) {
             (None, _) => reply.status = rma::STATUS_DENIED,
