@@ -157,7 +157,15 @@ static bool rings_a_bell(opal_progress_callback_t cb)
 
 static void note_registered(opal_progress_callback_t cb)
 {
-    if (rings_a_bell(cb)) {
+    bool rings = rings_a_bell(cb);
+    Dl_info info;
+
+    if (mca_btl_doorbell_component.verbose >= 2 && 0 != dladdr((void *) cb, &info)) {
+        opal_output(0, "btl doorbell: progress callback %p of %s registered%s", (void *) cb,
+                    info.dli_fname ? info.dli_fname : "?",
+                    rings ? "" : ": sleeps at most sleep_poll_us while it is");
+    }
+    if (rings) {
         return;
     }
     pthread_mutex_lock(&tracked_lock);
@@ -226,7 +234,7 @@ static bool registers_progress(const char *path)
            NULL != strstr(path, "/libmca_common_");
 }
 
-/* Idempotent, as redirect_cond_signal. */
+/* Idempotent, as redirect_cond_signal; called with redirect_lock held. */
 static void redirect_progress_register(void)
 {
     (void) mca_btl_doorbell_got_redirect("opal_progress_register",
@@ -237,6 +245,26 @@ static void redirect_progress_register(void)
     (void) mca_btl_doorbell_got_redirect("opal_progress_unregister",
                                          (void *) doorbell_progress_unregister,
                                          registers_progress);
+}
+
+static pthread_mutex_t redirect_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Replaces dlopen in libopen-pal, which loads Open MPI's components: a
+ * component's PLT slots are ours before it can register a callback (ob1,
+ * coll and osc load after this BTL starts, the io components at the first
+ * MPI_File_open). */
+static void *doorbell_dlopen(const char *file, int mode)
+{
+    void *h = dlopen(file, mode);
+
+    if (NULL != h) {
+        pthread_mutex_lock(&redirect_lock);
+        if (idle_hooked) {
+            redirect_progress_register();
+        }
+        pthread_mutex_unlock(&redirect_lock);
+    }
+    return h;
 }
 
 /* libevent 2.1's, looked up at run time: an Open MPI built with its own
@@ -294,8 +322,12 @@ bool mca_btl_doorbell_idle_install(void)
         idle_hooked = mca_btl_doorbell_got_redirect("sched_yield", (void *) doorbell_idle_point,
                                                     is_open_pal) > 0;
         if (idle_hooked) {
-            (void) mca_btl_doorbell_blocking_install();
+            /* before the blocking calls' wrappers, which may take many slots */
+            pthread_mutex_lock(&redirect_lock);
             redirect_progress_register();
+            (void) mca_btl_doorbell_got_redirect("dlopen", (void *) doorbell_dlopen, is_open_pal);
+            pthread_mutex_unlock(&redirect_lock);
+            (void) mca_btl_doorbell_blocking_install();
             base_foreach_event = (foreach_event_fn) dlsym(RTLD_DEFAULT, "event_base_foreach_event");
             event_callback_get = (event_callback_get_fn) dlsym(RTLD_DEFAULT, "event_get_callback");
         }
@@ -309,11 +341,13 @@ bool mca_btl_doorbell_idle_install(void)
 
 void mca_btl_doorbell_idle_uninstall(void)
 {
+    pthread_mutex_lock(&redirect_lock);
     mca_btl_doorbell_got_restore_all();
     if (idle_hooked) {
         opal_progress_yield_when_idle = ompi_wants_yield();
     }
     idle_hooked = false;
+    pthread_mutex_unlock(&redirect_lock);
     late_hooks_done = false;
     pthread_mutex_lock(&tracked_lock);
     ntracked = 0;
@@ -511,8 +545,9 @@ static bool idle(mca_btl_doorbell_module_t *m)
     if (OPAL_UNLIKELY(!late_hooks_done) && mpi_running()) {
         /* components opened late in MPI_Init (osc, coll) */
         late_hooks_done = true;
+        pthread_mutex_lock(&redirect_lock);
         redirect_cond_signal();
-        redirect_progress_register();
+        pthread_mutex_unlock(&redirect_lock);
     }
 
     unsigned int depth;
