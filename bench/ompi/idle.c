@@ -3,10 +3,11 @@
  * Rank 0 sleeps (outside MPI) for the idle period, then sends 8 bytes.
  * Rank 1 measures its own CPU time (getrusage RUSAGE_SELF: every thread of
  * the process, so transport helper threads count too) across the MPI_Recv,
- * and a watcher thread counts the waiting thread's context switches from
- * 1 s into the wait (after a sleeping transport's back-off) to 0.2 s
- * before the message: voluntary ones are its wake-ups from sleep,
- * involuntary ones its preemptions (a spinning transport's "wake-ups").
+ * and a watcher thread counts the waiting thread's context switches over
+ * the 2 s before the last 0.1 s of the wait: voluntary ones are its
+ * wake-ups from sleep, involuntary ones its preemptions (a spinning
+ * transport's "wake-ups").  A whole number of seconds holds at most one
+ * end of each 1 s sleep per second, whatever their phase.
  *
  * Usage: idle [-q]            (-q: 1 s instead of 3 s; window 0.2-0.8 s)
  * Prints: RESULT idle_cpu - <percent of one core>
@@ -77,8 +78,8 @@ int main(int argc, char **argv)
         double w0 = now_s(), c0 = process_cpu_s();
         struct watch w = {(pid_t)syscall(SYS_gettid), 0, 0, 0, 0, 0};
         pthread_t th;
-        w.from = w0 + (idle >= 2 ? 1.0 : 0.2);
-        w.to = w0 + idle - 0.2;
+        w.from = w0 + (idle >= 3 ? idle - 2.1 : 0.2);
+        w.to = idle >= 3 ? w.from + 2.0 : w0 + 0.8;
         if (pthread_create(&th, NULL, watcher, &w))
             bench_fail("pthread_create failed");
         MPI_Recv(&msg, 1, MPI_UINT64_T, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
