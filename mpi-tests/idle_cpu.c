@@ -1,17 +1,31 @@
-/* idle_cpu.c -- CPU burnt by a rank blocked in MPI_Recv.
+/* idle_cpu.c -- CPU burnt, and wake-ups, of a rank blocked in MPI_Recv and
+ * in MPI_Barrier.
  *
- * Usage: idle_cpu [max_percent]
+ * Usage: idle_cpu [max_percent [max_wakeups_per_s]]
  * Pairs (r, r + n/2): after a warm-up exchange (connections up), the lower rank
  * sleeps SLEEP_S seconds and then sends; the higher rank measures its own
  * process CPU (getrusage: all threads, user + system) across the MPI_Recv.
- * Rank 0 prints "IDLE_CPU max=X% mean=Y% ..." over the receivers.  With
- * max_percent given, every receiver must stay below it.  The message and the
- * wait (>= SLEEP_S) are always checked.
+ * Then every rank but 0 waits in MPI_Barrier while rank 0 sleeps SLEEP_S.
+ * In both waits a watcher thread counts the waiting thread's context
+ * switches (/proc/self/task/TID/status) from WATCH_FROM to WATCH_TO seconds
+ * into the wait: voluntary ones are its wake-ups from sleep (a sleeping
+ * transport), involuntary ones its preemptions (a spinning one).  Rank 0
+ * prints "IDLE_CPU max=X% mean=Y% ..." over the receivers and
+ * "IDLE_WAKEUPS recv=A/s barrier=B/s ..." (the highest rate of any waiter).
+ * With max_percent given, every receiver must stay below it; with
+ * max_wakeups_per_s, every waiter's voluntary switches per second too.  The
+ * message and the waits (>= SLEEP_S) are always checked.
  */
 #include "common.h"
+#include <pthread.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 
-#define SLEEP_S 3
+#define SLEEP_S 4
+/* The wait's first second is its back-off (sleeps of 1, 2, 4, ... ms):
+ * counted from WATCH_FROM on, the figure is the idle rate. */
+#define WATCH_FROM 1.2
+#define WATCH_TO 3.7
 
 static double cpu_seconds(void)
 {
@@ -21,15 +35,98 @@ static double cpu_seconds(void)
            ru.ru_stime.tv_usec * 1e-6;
 }
 
+/* A thread's context switches so far: voluntary and involuntary. */
+static int switches(pid_t tid, long *vol, long *invol)
+{
+    char path[64], line[256];
+    FILE *f;
+    int found = 0;
+
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+    if (!(f = fopen(path, "r")))
+        return 0;
+    while (fgets(line, sizeof line, f)) {
+        if (1 == sscanf(line, "voluntary_ctxt_switches: %ld", vol))
+            found |= 1;
+        else if (1 == sscanf(line, "nonvoluntary_ctxt_switches: %ld", invol))
+            found |= 2;
+    }
+    fclose(f);
+    return found == 3;
+}
+
+/* The watcher: the waiting thread's switches between WATCH_FROM and
+ * WATCH_TO seconds after start_watch. */
+struct watch {
+    pid_t tid;
+    double t0;
+    long vol, invol; /* over the window */
+    int ok;
+    pthread_t thread;
+};
+
+static void sleep_until(double t)
+{
+    double d = t - t_now();
+    if (d > 0)
+        t_sleep_ms((long)(d * 1000) + 1);
+}
+
+static void *watcher(void *arg)
+{
+    struct watch *w = arg;
+    long v0 = 0, i0 = 0, v1 = 0, i1 = 0;
+
+    sleep_until(w->t0 + WATCH_FROM);
+    w->ok = switches(w->tid, &v0, &i0);
+    sleep_until(w->t0 + WATCH_TO);
+    w->ok = w->ok && switches(w->tid, &v1, &i1);
+    w->vol = v1 - v0;
+    w->invol = i1 - i0;
+    return NULL;
+}
+
+static void start_watch(struct watch *w)
+{
+    memset(w, 0, sizeof *w);
+    w->tid = (pid_t)syscall(SYS_gettid);
+    w->t0 = t_now();
+    CHECK(0 == pthread_create(&w->thread, NULL, watcher, w), "pthread_create failed");
+}
+
+/* Join the watcher; the wait must have outlasted its window.  Returns
+ * the voluntary switches per second (-1 if not measured). */
+static double end_watch(struct watch *w, const char *what, double limit)
+{
+    double secs = WATCH_TO - WATCH_FROM, rate;
+
+    pthread_join(w->thread, NULL);
+    CHECK(w->ok, "rank %d: no context switch counts in /proc/self/task/%d/status", t_rank, (int)w->tid);
+    if (!w->ok)
+        return -1;
+    rate = w->vol / secs;
+    printf("idle_cpu: rank %d in %s: %.1f wake-ups/s (voluntary switches), %.1f preemptions/s\n",
+           t_rank, what, rate, w->invol / secs);
+    fflush(stdout);
+    if (limit >= 0)
+        CHECK(rate <= limit, "rank %d woke %.1f times a second while blocked in %s (limit %.1f)",
+              t_rank, rate, what, limit);
+    return rate;
+}
+
 int main(int argc, char **argv)
 {
-    double limit = -1, pct = -1, wall = 0, maxp = 0, sump = 0;
+    double limit = -1, wake_limit = -1, pct = -1, wall = 0, maxp = 0, sump = 0;
+    double wake_recv = -1, wake_barrier = -1, max_recv = -1, max_barrier = -1;
     int partner, receiver, nrecv = 0;
     unsigned char buf[64];
+    struct watch w;
 
     t_init(&argc, &argv);
     if (argc > 1)
         limit = atof(argv[1]);
+    if (argc > 2)
+        wake_limit = atof(argv[2]);
     partner = t_partner(t_rank, t_size);
     receiver = partner >= 0 && t_rank > partner;
 
@@ -49,8 +146,10 @@ int main(int argc, char **argv)
         MPI_Status st;
         int count = -1;
         double c0 = cpu_seconds(), t0 = t_now();
+        start_watch(&w);
         MPI_Recv(buf, sizeof buf, MPI_BYTE, partner, 2, MPI_COMM_WORLD, &st);
         wall = t_now() - t0;
+        wake_recv = end_watch(&w, "MPI_Recv", wake_limit);
         pct = 100.0 * (cpu_seconds() - c0) / wall;
         MPI_Get_count(&st, MPI_BYTE, &count);
         CHECK(count == (int)sizeof buf, "count %d", count);
@@ -63,6 +162,25 @@ int main(int argc, char **argv)
             CHECK(pct < limit, "rank %d used %.1f%% CPU while blocked in MPI_Recv (limit %.1f%%)",
                   t_rank, pct, limit);
     }
+    /* every rank but 0 waits in MPI_Barrier while rank 0 sleeps */
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (t_rank == 0) {
+        t_sleep_ms(SLEEP_S * 1000);
+        MPI_Barrier(MPI_COMM_WORLD);
+    } else {
+        double t0 = t_now();
+        start_watch(&w);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double waited = t_now() - t0;
+        wake_barrier = end_watch(&w, "MPI_Barrier", wake_limit);
+        CHECK(waited >= SLEEP_S - 0.2, "MPI_Barrier returned after %.3f s, rank 0 sleeps %d s",
+              waited, SLEEP_S);
+    }
+    MPI_Reduce(&wake_recv, &max_recv, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&wake_barrier, &max_barrier, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (t_rank == 0)
+        printf("IDLE_WAKEUPS recv=%.1f/s barrier=%.1f/s limit=%s\n", max_recv, max_barrier,
+               wake_limit >= 0 ? argv[2] : "none");
     {
         double p = receiver ? pct : 0;
         int one = receiver;

@@ -20,6 +20,8 @@
 #                   self,vader,tcp when MPIRUN_HOSTS is set)
 #   FORCE_TCP_PASS  1: repeat with btl_doorbell_force_tcp 1 when BTL has doorbell (1)
 #   IDLE_CPU_LIMIT  percent a blocked receiver may use, doorbell only (5)
+#   IDLE_WAKE_LIMIT wake-ups a second of a rank blocked in MPI_Recv or
+#                   MPI_Barrier (voluntary context switches), doorbell only (2)
 #   PINGPONG_MAX    largest ping-pong message in bytes       (67108864)
 #   NP_WIDE         ranks of the wide all-to-all (alltoall_wide) (64)
 #   RUN_TIMEOUT     seconds for one mpirun                   (240)
@@ -62,6 +64,7 @@ PRELOAD_LIB=${PRELOAD_LIB:-$ROOT/target/ompi/libdoorbell-ompi.so}
 if [[ -n $MPIRUN_HOSTS ]]; then REF_BTL=${REF_BTL:-self,vader,tcp}; else REF_BTL=${REF_BTL:-self,vader}; fi
 FORCE_TCP_PASS=${FORCE_TCP_PASS:-1}
 IDLE_CPU_LIMIT=${IDLE_CPU_LIMIT:-5}
+IDLE_WAKE_LIMIT=${IDLE_WAKE_LIMIT:-2}
 PINGPONG_MAX=${PINGPONG_MAX:-67108864}
 NP_WIDE=${NP_WIDE:-64}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
@@ -278,6 +281,14 @@ if wanted rust; then
     fi
 fi
 
+# idle_figure LOG: idle_cpu's CPU and wake-up figures, for the summary line
+idle_figure() {
+    local cpu wake
+    cpu=$(grep -Eo 'IDLE_CPU max=[0-9.]+%' "$1" | sed 's/IDLE_CPU //')
+    wake=$(grep -Eo 'IDLE_WAKEUPS recv=[0-9.-]+/s barrier=[0-9.-]+/s' "$1" | sed 's/IDLE_WAKEUPS //')
+    echo "${cpu:-max=?} ${wake:-recv=? barrier=?}"
+}
+
 # ---- C programs at every rank count ----
 declare -A IDLE_FIG=()
 for variant in "${VARIANTS[@]}"; do
@@ -291,7 +302,7 @@ for variant in "${VARIANTS[@]}"; do
             fi
             case $p in
             pingpong) args=("$PINGPONG_MAX") ;;
-            idle_cpu) if is_doorbell "$BTL"; then args=("$IDLE_CPU_LIMIT"); else args=(); fi ;;
+            idle_cpu) if is_doorbell "$BTL"; then args=("$IDLE_CPU_LIMIT" "$IDLE_WAKE_LIMIT"); else args=(); fi ;;
             # over TCP the target's event thread serves atomics too: they
             # must complete while it computes
             # Across nodes with several ranks on one, osc rdma (Open MPI
@@ -326,7 +337,7 @@ for variant in "${VARIANTS[@]}"; do
                 fi
             fi
             if [[ $p == idle_cpu ]]; then
-                IDLE_FIG["$np $variant"]=$(grep -Eo 'IDLE_CPU max=[0-9.]+%' "$RUN_LOG" | sed 's/IDLE_CPU //' || echo "max=?")
+                IDLE_FIG["$np $variant"]=$(idle_figure "$RUN_LOG")
             fi
         done
     done
@@ -351,13 +362,13 @@ if wanted idle_cpu && [[ -x $BIN/idle_cpu ]]; then
         ref="?"
         REFERENCE=1
         if run_mpi "idle_cpu np=$np [$REF_BTL, reference]" "$np" "$REF_BTL" "" "^idle_cpu: OK" "$BIN/idle_cpu"; then
-            ref=$(grep -Eo 'IDLE_CPU max=[0-9.]+%' "$RUN_LOG" | sed 's/IDLE_CPU //' || echo "max=?")
+            ref=$(idle_figure "$RUN_LOG")
         fi
         REFERENCE=0
-        line="      idle CPU of a rank blocked 3 s in MPI_Recv, np=$np:"
+        line="      idle CPU of a rank blocked 4 s in MPI_Recv, and wake-ups/s in MPI_Recv and MPI_Barrier, np=$np:"
         for variant in "${VARIANTS[@]}"; do
             line+=" $(tag_of "$BTL" "$variant") ${IDLE_FIG["$np $variant"]:-not run}"
-            is_doorbell "$BTL" && line+=" (limit ${IDLE_CPU_LIMIT}%)"
+            is_doorbell "$BTL" && line+=" (limits ${IDLE_CPU_LIMIT}%, ${IDLE_WAKE_LIMIT}/s)"
             line+=" |"
         done
         echo "$line [$REF_BTL] $ref (reference, not asserted)"

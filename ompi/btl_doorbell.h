@@ -47,6 +47,7 @@ typedef struct mca_btl_doorbell_component_t {
     int wait_mode;              /* DOORBELL_WAIT_POLL/BLOCK/ADAPTIVE */
     unsigned int spin_us;       /* adaptive: idle time before sleeping */
     unsigned int sleep_max_us;  /* upper bound of one sleep */
+    unsigned int sleep_poll_us; /* ... while something needs progress calls no bell announces */
     unsigned int ring_size;     /* inbound queue bytes, 0 -> core default */
     char *shm_dir;              /* NULL/"": env DOORBELL_SHM_DIR, else /dev/shm */
     char *if_include;
@@ -148,6 +149,7 @@ typedef struct mca_btl_doorbell_module_t {
     /* glue-side counters for the verbose report */
     uint64_t sleeps;
     uint64_t sleep_timeouts;
+    uint64_t polled_sleeps;           /* sleeps bounded by sleep_poll_us */
     uint64_t stalls;                  /* sleeps that ran out with the wait's work already there */
     bool ran_out;                     /* the last sleep ran out unrung; see after_ran_out */
     uint64_t ran_out_ns;              /* ... at this time */

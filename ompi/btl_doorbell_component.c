@@ -351,13 +351,25 @@ static int doorbell_component_register(void)
              "messages keep arriving only after the spin; re-probed now and then)",
              &c->spin_us, OPAL_INFO_LVL_4);
 
-    c->sleep_max_us = 16000;
+    /* A rank idle in a blocking call wakes once a second at most: every
+     * source of work it knows of rings its bell (docs/architecture.md,
+     * "Where a rank sleeps"). */
+    c->sleep_max_us = 1000000;
     reg_uint("sleep_max_us",
-             "Longest single sleep in microseconds (must be >= 1).  Sleeps are bounded "
-             "because parts of Open MPI (MPI_Init/Finalize, nonblocking collectives) need "
-             "progress calls that no message announces.  A wait starts with 1000 us "
-             "sleeps and doubles them while they time out idle, up to this",
+             "Longest single sleep in microseconds (must be >= 1).  A wait starts with "
+             "1000 us sleeps and doubles them while they time out idle, up to this, or up "
+             "to sleep_poll_us while some part of Open MPI needs progress calls that no "
+             "message announces",
              &c->sleep_max_us, OPAL_INFO_LVL_4);
+
+    c->sleep_poll_us = 16000;
+    reg_uint("sleep_poll_us",
+             "Longest single sleep in microseconds (must be >= 1) while a progress callback "
+             "whose work rings no doorbell is registered with Open MPI (anything but the "
+             "BTLs', libnbc's and osc pt2pt's: ob1's pending sends, communicator requests, "
+             "MPI-IO, extended generalized requests, ...), or while opal's event base holds "
+             "an event",
+             &c->sleep_poll_us, OPAL_INFO_LVL_4);
 
     c->ring_size = 1 << 19;
     reg_uint("ring_size",
@@ -630,6 +642,9 @@ static bool validate_params(void)
     }
     if (0 == c->sleep_max_us) {
         BAD("sleep_max_us", "%u", c->sleep_max_us, "must be at least 1");
+    }
+    if (0 == c->sleep_poll_us) {
+        BAD("sleep_poll_us", "%u", c->sleep_poll_us, "must be at least 1");
     }
     if (0 != c->ring_size &&
         (c->ring_size < 4096 || c->ring_size > (1u << 30) || (c->ring_size & (c->ring_size - 1)))) {

@@ -132,6 +132,7 @@ int mca_btl_doorbell_module_init(mca_btl_doorbell_module_t *module, doorbell_end
     module->atomics_served = 0;
     module->nreads = 0;
     module->sleep_timeouts = 0;
+    module->polled_sleeps = 0;
     module->stalls = 0;
     module->ran_out = false;
     module->sends_queued = 0;
@@ -432,7 +433,7 @@ static void report_counters(mca_btl_doorbell_module_t *module)
                         "btl doorbell: rank %u counters: notifies_sent=%llu notifies_skipped=%llu "
                         "wakeups=%llu spurious_wakeups=%llu shm_sent=%llu (fast box %llu) shm_received=%llu "
                         "tcp_sent=%llu tcp_received=%llu shm_wakeups=%llu tcp_wakeups=%llu "
-                        "peers_lost=%llu strangers_rejected=%llu sleeps=%llu sleep_timeouts=%llu "
+                        "peers_lost=%llu strangers_rejected=%llu sleeps=%llu sleep_timeouts=%llu polled_sleeps=%llu "
                         "stalls=%llu late_wakeups=%llu waits_past_inbound=%llu "
                         "sends_queued=%llu single_copy_reads=%llu single_copy_writes=%llu tcp_reads=%llu rma_ops=%llu "
                         "shm_atomics=%llu atomics_served=%llu",
@@ -445,6 +446,7 @@ static void report_counters(mca_btl_doorbell_module_t *module)
                         (unsigned long long) k.strangers_rejected,
                         (unsigned long long) module->sleeps,
                         (unsigned long long) module->sleep_timeouts,
+                        (unsigned long long) module->polled_sleeps,
                         (unsigned long long) module->stalls,
                         (unsigned long long) k.late_wakeups,
                         (unsigned long long) k.waits_past_inbound,

@@ -81,7 +81,7 @@ run ompi_info timeout 60 ompi_info || true
 grep_in ompi_info '^ *MCA btl: doorbell ' "ompi_info lists MCA btl: doorbell"
 
 run ompi_info_params timeout 60 ompi_info --param btl doorbell --level 9 || true
-for p in wait_mode spin_us sleep_max_us ring_size shm_dir if_include if_exclude port_min port_range \
+for p in wait_mode spin_us sleep_max_us sleep_poll_us ring_size shm_dir if_include if_exclude port_min port_range \
          force_tcp single_copy verbose eager_limit max_send_size tcp_eager_limit tcp_max_send_size; do
     grep_in ompi_info_params "parameter \"btl_doorbell_$p\"" "parameter btl_doorbell_$p registered"
 done

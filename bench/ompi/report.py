@@ -15,6 +15,8 @@ RATIOS = {
 
 SCALARS = [  # metric, label, unit, format
     ("idle_cpu", "idle CPU in MPI_Recv", "% core", "{:.1f}"),
+    ("idle_wakeups", "wake-ups in MPI_Recv (voluntary switches)", "/s", "{:.1f}"),
+    ("idle_preempts", "preemptions in MPI_Recv (involuntary switches)", "/s", "{:.1f}"),
     ("listener_slowdown", "listener slowdown", "x", "{:.2f}"),
     ("listener_cpu", "listener thread CPU", "% core", "{:.1f}"),
     ("barrier", "8-rank MPI_Barrier", "us", "{:.1f}"),
@@ -121,6 +123,9 @@ def targets(res, mode, transports):
                     1.05, False, "x", ctx("listener_slowdown", "-", ["vader", "tcp"])))
         out.append(("idle CPU in MPI_Recv, doorbell", res.med("doorbell", "idle_cpu"),
                     2.0, True, "%", ctx("idle_cpu", "-", ["vader", "tcp"])))
+        out.append(("wake-ups in MPI_Recv, doorbell", res.med("doorbell", "idle_wakeups"),
+                    1.0, False, "/s", "vader's preemptions " + fmt(res.med("vader", "idle_preempts"))
+                    + "/s, wake-ups " + fmt(res.med("vader", "idle_wakeups")) + "/s"))
         out.append(("8 B latency, doorbell/vader", res.ratio("doorbell", "vader", "lat", "8"),
                     1.2, False, "x", ctx("lat", "8", ["doorbell", "vader"]) + " us"))
         out.append(("8 B latency, doorbell force_tcp/tcp",

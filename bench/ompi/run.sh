@@ -26,6 +26,7 @@
 #                   the cores, the same for every transport)
 #   MPIRUN_EXTRA    extra mpirun arguments, appended to every run (word-split)
 #   TRANSPORTS      subset/order of the mode's transports, e.g. "vader tcp"
+#   BENCHES         subset of the mode's programs, e.g. "idle" (MODE=single)
 #                   (needed while the doorbell component is not installed)
 #   DOORBELL_BASE   directory holding the component of another build (make -C
 #                   ompi install INSTALLDIR=DIR in a checkout of it): adds the
@@ -66,7 +67,7 @@ single)
         mca[doorbell_tcp_base]="${mca[doorbell_base]} --mca btl_doorbell_force_tcp 1"
         default_transports="vader tcp doorbell doorbell_base doorbell_tcp doorbell_tcp_base"
     fi
-    benches="pingpong idle listener coll empty_pass"
+    benches=${BENCHES:-"pingpong idle listener coll empty_pass"}
     placement=()
     ;;
 twonode)

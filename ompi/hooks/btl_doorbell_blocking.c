@@ -144,7 +144,7 @@ DOORBELL_BLOCKING_CALLS(DEFINE_WRAPPERS)
  * moves its synchronisation as messages (osc pt2pt, over the BTLs: a
  * doorbell wakes the waiter).  osc sm posts, completes and unlocks by
  * storing flags in shared memory, which ring no doorbell: a sleeper there
- * would wait for its timeout (16 ms per PSCW epoch), so such a call spins
+ * would wait for its timeout (a whole sleep per PSCW epoch), so such a call spins
  * like MPI_Test (and yields when Open MPI asks). */
 __attribute__((noinline, cold)) static bool osc_sends_messages(const void *fn)
 {

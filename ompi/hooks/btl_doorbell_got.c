@@ -22,7 +22,7 @@
 
 #include "btl_doorbell_got.h"
 
-#define MAX_SLOTS 64
+#define MAX_SLOTS 256
 
 typedef struct {
     void **slot;

@@ -31,8 +31,23 @@
  *     asked for yields (mpi_yield_when_idle, which mpirun sets for
  *     oversubscribed jobs), so a spinning rank gives its core away exactly
  *     when vader's would.
- * Sleeps stay bounded (1 ms, doubling to sleep_max_us while nothing at all
- * happens): PMIx callbacks and timers need progress calls nobody announces.
+ * Sleeps start at 1 ms and double while nothing at all happens, up to
+ * sleep_max_us (1 s).  What may have work that rings no bell, and so keeps
+ * the bound at sleep_poll_us (16 ms) while it is there (poll_bound):
+ *   - a progress callback registered with opal_progress that is not the
+ *     BTLs', libnbc's or osc pt2pt's (their work arrives as messages that
+ *     ring, or completes in the pass that reports it): ob1's pending sends,
+ *     communicator requests, MPI-IO, extended generalized requests.  The
+ *     register and unregister calls of libmpi and the components go
+ *     through wrappers that keep the count;
+ *   - an event on opal's own event base (opal_sync_event_base, run by
+ *     opal_progress): none in a self,doorbell job (PMIx and ORTE run their
+ *     own threads and event bases), but a timer or socket there rings
+ *     nothing.
+ * PMIx and ORTE hand results to this thread only through flags polled in
+ * calls that never sleep here (MPI_Init, MPI_Finalize, spawn and connect
+ * are not blocking calls below); other threads ring the bell (sends,
+ * pthread_cond_signal); a peer's exit rings through its pidfd.
  *
  * Other threads.  Under MPI_THREAD_MULTIPLE, a request that another thread
  * completes (through btl self, or its own progress) is signalled with
@@ -44,10 +59,12 @@
  */
 #include "opal_config.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
 
+#include "opal/mca/event/event.h"
 #include "opal/runtime/opal_progress.h"
 #include "ompi/runtime/mpiruntime.h"
 
@@ -109,13 +126,210 @@ static void redirect_cond_signal(void)
                                          is_open_mpi);
 }
 
+/* ------------------------------------------------------------------ */
+/* what needs progress calls that no bell announces                    */
+
+#define MAX_TRACKED 32
+
+static pthread_mutex_t tracked_lock = PTHREAD_MUTEX_INITIALIZER;
+static opal_progress_callback_t tracked[MAX_TRACKED];
+static int ntracked;
+static volatile int32_t polled_callbacks; /* registered now; > MAX_TRACKED only grows */
+
+/* Work of these comes as messages over the BTLs (a bell rings), or
+ * completes in the pass that reports it: the stall suites check libnbc's
+ * and osc pt2pt's. */
+static bool rings_a_bell(opal_progress_callback_t cb)
+{
+    static const char *const quiet[] = {"/mca_btl_", "/mca_coll_libnbc", "/mca_osc_pt2pt"};
+    Dl_info info;
+
+    if (0 == dladdr((void *) cb, &info) || NULL == info.dli_fname) {
+        return false;
+    }
+    for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); ++i) {
+        if (NULL != strstr(info.dli_fname, quiet[i])) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void note_registered(opal_progress_callback_t cb)
+{
+    bool rings = rings_a_bell(cb);
+    Dl_info info;
+
+    if (mca_btl_doorbell_component.verbose >= 2 && 0 != dladdr((void *) cb, &info)) {
+        opal_output(0, "btl doorbell: progress callback %p of %s registered%s", (void *) cb,
+                    info.dli_fname ? info.dli_fname : "?",
+                    rings ? "" : ": sleeps at most sleep_poll_us while it is");
+    }
+    if (rings) {
+        return;
+    }
+    pthread_mutex_lock(&tracked_lock);
+    int i = 0;
+    while (i < ntracked && tracked[i] != cb) {
+        ++i;
+    }
+    if (i == ntracked) { /* opal keeps one registration per callback too */
+        if (ntracked < MAX_TRACKED) {
+            tracked[ntracked++] = cb;
+        }
+        /* past the table: counted, never uncounted (the bound stays short) */
+        opal_atomic_add_fetch_32(&polled_callbacks, 1);
+    }
+    pthread_mutex_unlock(&tracked_lock);
+}
+
+static void note_unregistered(opal_progress_callback_t cb)
+{
+    pthread_mutex_lock(&tracked_lock);
+    for (int i = 0; i < ntracked; ++i) {
+        if (tracked[i] == cb) {
+            tracked[i] = tracked[--ntracked];
+            opal_atomic_add_fetch_32(&polled_callbacks, -1);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&tracked_lock);
+}
+
+static int doorbell_progress_register(opal_progress_callback_t cb)
+{
+    int rc = opal_progress_register(cb);
+    if (OPAL_SUCCESS == rc) {
+        note_registered(cb);
+    }
+    return rc;
+}
+
+static int doorbell_progress_register_lp(opal_progress_callback_t cb)
+{
+    int rc = opal_progress_register_lp(cb);
+    if (OPAL_SUCCESS == rc) {
+        note_registered(cb);
+    }
+    return rc;
+}
+
+static int doorbell_progress_unregister(opal_progress_callback_t cb)
+{
+    int rc = opal_progress_unregister(cb);
+    if (OPAL_SUCCESS == rc) {
+        note_unregistered(cb);
+    }
+    return rc;
+}
+
+/* Who registers progress callbacks: libmpi and the components (and their
+ * common libraries), not this one. */
+static bool registers_progress(const char *path)
+{
+    if (NULL != strstr(path, "mca_btl_doorbell")) {
+        return false;
+    }
+    return NULL != strstr(path, "libmpi.so") || NULL != strstr(path, "/mca_") ||
+           NULL != strstr(path, "/libmca_common_");
+}
+
+/* Idempotent, as redirect_cond_signal; called with redirect_lock held. */
+static void redirect_progress_register(void)
+{
+    (void) mca_btl_doorbell_got_redirect("opal_progress_register",
+                                         (void *) doorbell_progress_register, registers_progress);
+    (void) mca_btl_doorbell_got_redirect("opal_progress_register_lp",
+                                         (void *) doorbell_progress_register_lp,
+                                         registers_progress);
+    (void) mca_btl_doorbell_got_redirect("opal_progress_unregister",
+                                         (void *) doorbell_progress_unregister,
+                                         registers_progress);
+}
+
+static pthread_mutex_t redirect_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Replaces dlopen in libopen-pal, which loads Open MPI's components: a
+ * component's PLT slots are ours before it can register a callback (ob1,
+ * coll and osc load after this BTL starts, the io components at the first
+ * MPI_File_open). */
+static void *doorbell_dlopen(const char *file, int mode)
+{
+    void *h = dlopen(file, mode);
+
+    if (NULL != h) {
+        pthread_mutex_lock(&redirect_lock);
+        if (idle_hooked) {
+            redirect_progress_register();
+        }
+        pthread_mutex_unlock(&redirect_lock);
+    }
+    return h;
+}
+
+/* libevent 2.1's, looked up at run time: an Open MPI built with its own
+ * libevent (2.0, renamed symbols) has none, and then the event base
+ * counts as busy. */
+typedef int (*foreach_event_fn)(struct event_base *, event_base_foreach_event_cb, void *);
+typedef event_callback_fn (*event_callback_get_fn)(const struct event *);
+static foreach_event_fn base_foreach_event;
+static event_callback_get_fn event_callback_get;
+
+/* Libevent adds events of its own (the notify pipe of a threaded base):
+ * those are its code's callbacks. */
+static int count_foreign_event(const struct event_base *base, const struct event *ev, void *arg)
+{
+    static void *libevent_own; /* the last callback found to be libevent's */
+    void *cb = (void *) event_callback_get(ev);
+    Dl_info info;
+
+    (void) base;
+    if (cb == __atomic_load_n(&libevent_own, __ATOMIC_RELAXED)) {
+        return 0;
+    }
+    if (0 != dladdr(cb, &info) && NULL != info.dli_fname &&
+        NULL != strstr(info.dli_fname, "libevent")) {
+        __atomic_store_n(&libevent_own, cb, __ATOMIC_RELAXED);
+        return 0;
+    }
+    *(int *) arg = 1;
+    return 1; /* one is enough */
+}
+
+static bool event_base_busy(void)
+{
+    int found = 0;
+
+    if (NULL == opal_sync_event_base) {
+        return false;
+    }
+    if (NULL == base_foreach_event || NULL == event_callback_get) {
+        return true;
+    }
+    (void) base_foreach_event(opal_sync_event_base, count_foreign_event, &found);
+    return 0 != found;
+}
+
+/* May some part of Open MPI have work now that rings no bell? */
+static bool poll_bound(void)
+{
+    return 0 != polled_callbacks || event_base_busy();
+}
+
 bool mca_btl_doorbell_idle_install(void)
 {
     if (!idle_hooked) {
         idle_hooked = mca_btl_doorbell_got_redirect("sched_yield", (void *) doorbell_idle_point,
                                                     is_open_pal) > 0;
         if (idle_hooked) {
+            /* before the blocking calls' wrappers, which may take many slots */
+            pthread_mutex_lock(&redirect_lock);
+            redirect_progress_register();
+            (void) mca_btl_doorbell_got_redirect("dlopen", (void *) doorbell_dlopen, is_open_pal);
+            pthread_mutex_unlock(&redirect_lock);
             (void) mca_btl_doorbell_blocking_install();
+            base_foreach_event = (foreach_event_fn) dlsym(RTLD_DEFAULT, "event_base_foreach_event");
+            event_callback_get = (event_callback_get_fn) dlsym(RTLD_DEFAULT, "event_get_callback");
         }
         redirect_cond_signal();
     }
@@ -127,12 +341,18 @@ bool mca_btl_doorbell_idle_install(void)
 
 void mca_btl_doorbell_idle_uninstall(void)
 {
+    pthread_mutex_lock(&redirect_lock);
     mca_btl_doorbell_got_restore_all();
     if (idle_hooked) {
         opal_progress_yield_when_idle = ompi_wants_yield();
     }
     idle_hooked = false;
+    pthread_mutex_unlock(&redirect_lock);
     late_hooks_done = false;
+    pthread_mutex_lock(&tracked_lock);
+    ntracked = 0;
+    polled_callbacks = 0;
+    pthread_mutex_unlock(&tracked_lock);
 }
 
 void mca_btl_doorbell_idle_reset(mca_btl_doorbell_module_t *module)
@@ -261,6 +481,10 @@ static void sleep_once(mca_btl_doorbell_module_t *m)
     if (sleep_us > mca_btl_doorbell_component.sleep_max_us) {
         sleep_us = mca_btl_doorbell_component.sleep_max_us;
     }
+    if (sleep_us > mca_btl_doorbell_component.sleep_poll_us && poll_bound()) {
+        sleep_us = mca_btl_doorbell_component.sleep_poll_us;
+        m->polled_sleeps++;
+    }
     after_ran_out(m, false);
     mca_btl_doorbell_idle_teach(m); /* before the wait delivers anything */
     m->sleeps++;
@@ -321,7 +545,9 @@ static bool idle(mca_btl_doorbell_module_t *m)
     if (OPAL_UNLIKELY(!late_hooks_done) && mpi_running()) {
         /* components opened late in MPI_Init (osc, coll) */
         late_hooks_done = true;
+        pthread_mutex_lock(&redirect_lock);
         redirect_cond_signal();
+        pthread_mutex_unlock(&redirect_lock);
     }
 
     unsigned int depth;
