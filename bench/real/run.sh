@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# "Real programs" benchmark: ordinary MPI programs (bench/real/*.c and an
-# mpi4py script) timed over doorbell and over Open MPI's own transports.
+# "Real programs" benchmark: ordinary MPI programs (bench/real/*.c, an
+# mpi4py script and mpi4py's own test suite) timed over doorbell and over
+# Open MPI's own transports.
 #
 # Builds the programs into target/bench-real/, then for ROUNDS rounds runs
 # every (program, rank count) once per configuration, the configurations
@@ -37,20 +38,21 @@
 #   DOORBELL_BASE component directory of the doorbell_base configuration
 #   PROGRAMS      subset of the programs (names as in the table: rma
 #                 rma_pt2pt nbc coll bidir probe sendmodes testcompute
-#                 threads mpi4py)
+#                 threads mpi4py mpi4py_suite)
 #   NPS           rank counts to run where a program supports several
-#                 (default "2 4 8")
+#                 (default "2 4 5 8"; only mpi4py_suite runs at 5)
 #   BIND          none: leave oversubscribed runs (4 and 8 ranks) unbound,
 #                 placed by the kernel; default: round-robin over the cores,
 #                 the same for every configuration
 #   TIMEOUT       seconds per run (default 20; healthy runs take 0.5-3 s on
-#                 vader, tcp up to ~10 s)
+#                 vader, tcp up to ~10 s); mpi4py_suite gets 30 times it
 #   SCALE         multiplies every program's iteration counts (default 1)
 #   BENCH_LOCK    lock file taken around each run (default /tmp/doorbell-bench.lock)
 #   PLOT          PNG to write (default bench/real/real.png; PLOT= for none)
 #   OUT           build and results directory (default <repo>/target/bench-real)
 #   MPIRUN, MPICC default mpirun.openmpi, mpicc.openmpi
 #   PYTHON        interpreter with Debian's mpi4py (default /usr/bin/python3)
+#   EXT_DIR       where mpi4py's test suite is fetched to (mpi-tests/ext_lib.sh)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -60,7 +62,7 @@ QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then ROUNDS=${ROUNDS:-1}; else ROUNDS=${ROUNDS:-3}; fi
 TIMEOUT=${TIMEOUT:-20}
 SCALE=${SCALE:-1}
-NPS=${NPS:-2 4 8}
+NPS=${NPS:-2 4 5 8}
 BIND=${BIND:-}
 BENCH_LOCK=${BENCH_LOCK-/tmp/doorbell-bench.lock}
 PLOT=${PLOT-$here/real.png}
@@ -86,21 +88,27 @@ read -r -a configs <<<"${CONFIGS:-vader doorbell tcp doorbell_tcp}"
 # scale per rank count (oversubscribed runs are slower per iteration: the
 # scales keep every run at ~0.5-3 s on vader).
 declare -A bin=([rma]=rma [rma_pt2pt]=rma [nbc]=nbc [coll]=coll [bidir]=bidir [probe]=probe
-                [sendmodes]=sendmodes [testcompute]=testcompute [threads]=threads [mpi4py]=python)
-declare -A args=([rma_pt2pt]="--mca osc pt2pt")
+                [sendmodes]=sendmodes [testcompute]=testcompute [threads]=threads [mpi4py]=python
+                [mpi4py_suite]=python)
+# mpi4py's suite with one osc for every configuration: with the defaults it
+# runs its one-sided tests on doorbell and skips them on vader (osc rdma
+# over vader cannot make MPI_COMM_SELF windows), so the jobs would differ
+declare -A args=([rma_pt2pt]="--mca osc pt2pt" [mpi4py_suite]="--mca osc sm,pt2pt")
 # Win.Create over btl tcp: Debian's default osc list (^ucx,pt2pt) leaves
 # osc rdma, which needs atomics that btl tcp lacks (vader and doorbell have
 # them: they run with the defaults)
 declare -A tcp_args=([mpi4py]="--mca osc sm,pt2pt")
-declare -A nps=([rma]="2 4 8" [rma_pt2pt]="2 4 8" [nbc]="2 4 8" [coll]="2 4 8" [mpi4py]="2 4")
+declare -A nps=([rma]="2 4 8" [rma_pt2pt]="2 4 8" [nbc]="2 4 8" [coll]="2 4 8" [mpi4py]="2 4"
+                [mpi4py_suite]="2 5")
 declare -A scale=(
     [rma@2]=1 [rma@4]=0.3 [rma@8]=0.1
     [rma_pt2pt@2]=0.3 [rma_pt2pt@4]=0.1 [rma_pt2pt@8]=0.05
     [nbc@2]=1 [nbc@4]=0.3 [nbc@8]=0.15
     [coll@2]=2 [coll@4]=0.5 [coll@8]=0.15
     [bidir@2]=1 [probe@2]=0.5 [sendmodes@2]=0.5 [testcompute@2]=1 [threads@2]=1 [mpi4py@2]=1 [mpi4py@4]=0.5
+    [mpi4py_suite@2]=1 [mpi4py_suite@5]=1
 )
-all_programs="rma rma_pt2pt nbc coll bidir probe sendmodes testcompute threads mpi4py"
+all_programs="rma rma_pt2pt nbc coll bidir probe sendmodes testcompute threads mpi4py mpi4py_suite"
 read -r -a programs <<<"${PROGRAMS:-$all_programs}"
 
 for c in "${configs[@]}"; do
@@ -128,6 +136,13 @@ done
 if [[ " ${programs[*]} " == *" mpi4py "* ]] && ! "$PYTHON" -c "from mpi4py import MPI" 2>/dev/null; then
     echo "run.sh: $PYTHON has no mpi4py (apt-get install python3-mpi4py)" >&2
     exit 2
+fi
+
+if [[ " ${programs[*]} " == *" mpi4py_suite "* ]]; then
+    ROOT=$root
+    # shellcheck source=mpi-tests/ext_lib.sh
+    . "$root/mpi-tests/ext_lib.sh"
+    mpi4py_tests=$(ext_mpi4py_tests) || { echo "run.sh: could not fetch mpi4py's test suite" >&2; exit 2; }
 fi
 
 mkdir -p "$OUT"
@@ -161,6 +176,9 @@ run_one() {
         'BEGIN { v = a * b; if (q == 1) v /= 10; printf "%g", v }')
     local exe=("$OUT/${bin[$prog]}" "$s")
     [ "$prog" = mpi4py ] && exe=("$PYTHON" "$here/mpi4py_real.py" "$s")
+    [ "$prog" = mpi4py_suite ] && exe=("$PYTHON" "$here/mpi4py_suite.py" "$s" "$mpi4py_tests")
+    local limit=$TIMEOUT
+    [ "$prog" = mpi4py_suite ] && limit=$((TIMEOUT * 30))
     # More ranks than cores: the same placement for every configuration
     # (round-robin over the cores, BIND=none lets the kernel place them).
     # Unpinned, each run lands in one of the placements -- the 8 B allreduce
@@ -174,7 +192,7 @@ run_one() {
     local log=$res/r$round-$prog-np$np-$cfg.log rc=0 extra=
     [ "$cfg" = tcp ] && extra=${tcp_args[$prog]:-}
     # shellcheck disable=SC2206 # MCA strings are meant to be word-split
-    local cmd=(timeout -k 5 "$TIMEOUT" "$MPIRUN" --allow-run-as-root --oversubscribe -np "$np"
+    local cmd=(timeout -k 5 "$limit" "$MPIRUN" --allow-run-as-root --oversubscribe -np "$np"
         "${bind[@]}" --mca pml ob1 ${mca[$cfg]} ${args[$prog]:-} ${extra} "${exe[@]}")
     echo "${cmd[*]}" >"$log"
     local t0 t1 cpu0 cpu1
@@ -189,9 +207,9 @@ run_one() {
     if [ $rc = 124 ] || [ $rc = 137 ]; then
         # a stall: the completed phases count, the whole run takes the limit
         awk -v p="$tag" '$1 == "RESULT" && $2 != "wall" { print p, $2, $3, $4 }' "$log" >>"$raw"
-        echo "$tag wall - $TIMEOUT" >>"$raw"
+        echo "$tag wall - $limit" >>"$raw"
         echo "$tag timeout - 1" >>"$raw"
-        echo "TIMEOUT round $round $prog np=$np $cfg: stopped after ${TIMEOUT} s (log: $log)"
+        echo "TIMEOUT round $round $prog np=$np $cfg: stopped after ${limit} s (log: $log)"
         timeouts=$((timeouts + 1))
         failed=$((failed + 1))
     elif [ $rc != 0 ] || ! grep -q '^RESULT wall ' "$log"; then
