@@ -64,11 +64,11 @@ ext_mpich_tests() {
     echo "$dir"
 }
 
-# ext_mtest_build T BIN: MPICH's test utilities (T is test/mpi) built into
-# BIN with mpicc.openmpi, with a stand-in for the header MPICH's configure
-# makes.
+# ext_mtest_build T BIN [CC]: MPICH's test utilities (T is test/mpi) built
+# into BIN with CC (mpicc.openmpi), with a stand-in for the header MPICH's
+# configure makes.
 ext_mtest_build() {
-    local T=$1 BIN=$2 f
+    local T=$1 BIN=$2 CC=${3:-mpicc.openmpi} f
     mkdir -p "$BIN"
     [[ -f $BIN/mtest_single.o ]] && return 0
     # what MPICH's configure would have found on Debian with Open MPI 4.1
@@ -93,7 +93,7 @@ ext_mtest_build() {
 EOF
     : >"$BIN/mtest_mpix.h"
     for f in mtest mtest_common mtest_single; do
-        mpicc.openmpi -I"$BIN" -I"$T/include" -c "$T/util/$f.c" -o "$BIN/$f.o" || return 1
+        "$CC" -I"$BIN" -I"$T/include" -c "$T/util/$f.c" -o "$BIN/$f.o" || return 1
     done
 }
 
