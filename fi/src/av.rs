@@ -10,7 +10,6 @@ use crate::matching::Source;
 use crate::stubs::fid_ops;
 use crate::sys::*;
 use crate::util::{guard, ours, Table, EINVAL, ENOSYS, EOTHER, FI_ADDR_NONE};
-use std::collections::HashMap;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::{Arc, RwLock};
 
@@ -28,7 +27,35 @@ pub struct Av {
 #[derive(Default)]
 struct Table2 {
     entries: Vec<Option<(Source, [u8; ADDR_BYTES])>>,
-    reverse: HashMap<Source, u64>,
+    /// Indexed by task: the (window, fi_addr_t) pairs its endpoints were
+    /// first inserted as.  Looked up for every message received: an index
+    /// and a short scan, where a hash map cost ~250 instructions.
+    reverse: Vec<Vec<(u32, u64)>>,
+}
+
+impl Table2 {
+    fn reverse_get(&self, src: Source) -> Option<u64> {
+        let pairs = self.reverse.get(src.task as usize)?;
+        pairs.iter().find(|p| p.0 == src.window).map(|p| p.1)
+    }
+
+    /// Keep the first insertion of `src`.
+    fn reverse_insert(&mut self, src: Source, index: u64) {
+        let t = src.task as usize;
+        if self.reverse.len() <= t {
+            self.reverse.resize_with(t + 1, Vec::new);
+        }
+        if !self.reverse[t].iter().any(|p| p.0 == src.window) {
+            self.reverse[t].push((src.window, index));
+        }
+    }
+
+    /// Forget `src` if it names `index`.
+    fn reverse_remove(&mut self, src: Source, index: u64) {
+        if let Some(pairs) = self.reverse.get_mut(src.task as usize) {
+            pairs.retain(|p| *p != (src.window, index));
+        }
+    }
 }
 
 static FID_OPS: Table<fi_ops> = Table(fid_ops(close));
@@ -99,7 +126,7 @@ impl Av {
     /// The fi_addr_t a message from `src` reports (FI_ADDR_NOTAVAIL if unknown).
     pub fn addr_of(&self, src: Source) -> fi_addr_t {
         let t = self.table.read().unwrap_or_else(|p| p.into_inner());
-        t.reverse.get(&src).copied().unwrap_or(FI_ADDR_NONE)
+        t.reverse_get(src).unwrap_or(FI_ADDR_NONE)
     }
 
     /// Insert one address: connect its task (unless it is ours).
@@ -123,7 +150,7 @@ impl Av {
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
         let index = t.entries.len() as u64;
         t.entries.push(Some((src, a)));
-        t.reverse.entry(src).or_insert(index);
+        t.reverse_insert(src, index);
         Some(index)
     }
 }
@@ -174,9 +201,7 @@ unsafe extern "C" fn remove(av: *mut fid_av, fi_addr: *mut fi_addr_t, count: usi
         for a in addrs {
             let Some(slot) = usize::try_from(*a).ok().and_then(|i| t.entries.get_mut(i)) else { return EINVAL };
             if let Some((src, _)) = slot.take() {
-                if t.reverse.get(&src) == Some(a) {
-                    t.reverse.remove(&src);
-                }
+                t.reverse_remove(src, *a);
             }
         }
         0

@@ -13,6 +13,7 @@ use crate::stubs::{cm_ops, fid_ops_full, ATOMIC, COLLECTIVE, RMA};
 use crate::sys::*;
 use crate::util::{fi_err, guard, iov_slices, neg, negs, ours, Table, EINVAL, ENOSYS, EOTHER, FI_ADDR_ANY};
 use crate::wire::{Header, CORE_TAG, HEADER_BYTES};
+use doorbell::{SharedBytes, Work};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -41,9 +42,27 @@ struct Cntrs {
 #[derive(Clone, Debug)]
 pub struct Recv {
     ctx: usize,
-    iov: Vec<(usize, usize)>,
+    iov: Iovs,
     flags: u64,
     kind: Kind,
+}
+
+/// A receive's iovecs as (address, length): the one buffer an MPI posts
+/// inline, more on the heap (a vector per receive was an allocation and a
+/// free per message).
+#[derive(Clone, Debug)]
+pub enum Iovs {
+    One((usize, usize)),
+    Many(Vec<(usize, usize)>),
+}
+
+impl Iovs {
+    fn as_slice(&self) -> &[(usize, usize)] {
+        match self {
+            Iovs::One(e) => std::slice::from_ref(e),
+            Iovs::Many(v) => v,
+        }
+    }
 }
 
 pub struct Ep {
@@ -66,8 +85,10 @@ pub struct Ep {
     /// One thread at a time delivers this window's messages: two passes
     /// at once (an FI_WAIT_FD helper and the application, or two threads
     /// of an FI_THREAD_SAFE caller) can hand the core's TCP inbox to the
-    /// matcher out of order.
-    delivering: Mutex<()>,
+    /// matcher out of order.  It holds the buffer a message from shared
+    /// memory is copied into before matching, kept from pass to pass: a
+    /// buffer per pass was an allocation per message delivered.
+    delivering: Mutex<Vec<u8>>,
     /// Messages this endpoint handed to the core and got from it, printed
     /// at close under FI_DOORBELL_DEBUG: a test's proof that an MPI's
     /// traffic went through this provider.
@@ -154,7 +175,7 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, info: *mut fi_info, ep: *mut *
             enabled: AtomicBool::new(false),
             first_thread: AtomicUsize::new(0),
             threads: AtomicBool::new(false),
-            delivering: Mutex::new(()),
+            delivering: Mutex::new(Vec::new()),
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
         });
@@ -402,12 +423,22 @@ impl Ep {
     /// One progress pass over our window: deliver what the core has.
     pub fn progress(&self) {
         let core = &self.domain.core;
-        if !core.ep.may_have_work(self.window).unwrap_or(true) {
+        // The look the BTL makes too (plain loads): nothing, only
+        // shared-memory messages (the short pass), or anything.
+        let work = core.ep.work_kind(self.window).unwrap_or(Work::Any);
+        if work == Work::None {
             return;
         }
         // Another thread delivers (or sleeps delivering): it reports.
-        let Ok(_one) = self.delivering.try_lock() else { return };
-        match core.ep.progress(self.window, &mut |task, tag, bytes| self.deliver(task, tag, bytes)) {
+        let Ok(mut buf) = self.delivering.try_lock() else { return };
+        let buf = &mut *buf;
+        let mut deliver = |task, tag, b: SharedBytes<'_>| b.with_slice(buf, |s| self.deliver(task, tag, s));
+        let r = if work == Work::Local {
+            core.ep.progress_local_in_place(self.window, deliver).map(doorbell::Woke::Message)
+        } else {
+            core.ep.progress_in_place(self.window, &mut deliver)
+        };
+        match r {
             Ok(w) => self.woke(w),
             Err(e) => crate::debug!("progress: {e}"),
         }
@@ -434,8 +465,10 @@ impl Ep {
     pub fn sleep(&self, d: Duration) {
         let core = &self.domain.core;
         let mode = Some(doorbell::WaitMode::Block);
-        let _one = self.delivering.lock().unwrap_or_else(|p| p.into_inner());
-        match core.ep.wait(self.window, mode, Some(d), &mut |task, tag, bytes| self.deliver(task, tag, bytes)) {
+        let mut buf = self.delivering.lock().unwrap_or_else(|p| p.into_inner());
+        let buf = &mut *buf;
+        let mut deliver = |task, tag, b: SharedBytes<'_>| b.with_slice(buf, |s| self.deliver(task, tag, s));
+        match core.ep.wait_in_place(self.window, mode, Some(d), &mut deliver) {
             Ok(w) => self.woke(w),
             Err(e) => {
                 crate::debug!("wait: {e}");
@@ -487,7 +520,7 @@ impl Ep {
     fn complete_recv(&self, r: &Recv, src: Source, h: &Header, payload: &[u8], multi: Option<(usize, bool)>) {
         let (copied, buf) = match multi {
             Some((offset, _)) => {
-                let (base, cap) = r.iov.first().copied().unwrap_or((0, 0));
+                let (base, cap) = r.iov.as_slice().first().copied().unwrap_or((0, 0));
                 let n = payload.len().min(cap.saturating_sub(offset));
                 if n > 0 {
                     // SAFETY: the multi-receive buffer [base, base + cap) is
@@ -497,7 +530,7 @@ impl Ep {
                 }
                 (n, base + offset)
             }
-            None => (scatter(&r.iov, payload), r.iov.first().map_or(0, |e| e.0)),
+            None => (scatter(r.iov.as_slice(), payload), r.iov.as_slice().first().map_or(0, |e| e.0)),
         };
         let last = multi.is_some_and(|(_, l)| l);
         let mut flags = FI_RECV | kind_flag(h.kind) | if last { FI_MULTI_RECV } else { 0 };
@@ -612,7 +645,7 @@ impl Ep {
 
     /// Post a receive (or peek, or take a claimed message).
     #[allow(clippy::too_many_arguments)]
-    fn recv(&self, kind: Kind, iov: Vec<(usize, usize)>, src: fi_addr_t, tag: u64, ignore: u64, ctx: usize, flags: u64) -> isize {
+    fn recv(&self, kind: Kind, iov: Iovs, src: fi_addr_t, tag: u64, ignore: u64, ctx: usize, flags: u64) -> isize {
         self.seen_thread(flags & FI_PEEK == 0);
         let want_src = if src == FI_ADDR_ANY || self.caps & FI_DIRECTED_RECV == 0 {
             None
@@ -630,8 +663,8 @@ impl Ep {
         if flags & FI_CLAIM != 0 {
             return self.take_claimed(r, flags);
         }
-        let multi = (flags & FI_MULTI_RECV != 0).then(|| Multi { cap: r.iov.first().map_or(0, |e| e.1), used: 0 });
-        if multi.is_some() && (kind != Kind::Msg || r.iov.len() != 1) {
+        let multi = (flags & FI_MULTI_RECV != 0).then(|| Multi { cap: r.iov.as_slice().first().map_or(0, |e| e.1), used: 0 });
+        if multi.is_some() && (kind != Kind::Msg || r.iov.as_slice().len() != 1) {
             return negs(FI_EINVAL);
         }
         let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
@@ -739,23 +772,26 @@ unsafe fn with(ep: *mut fid_ep, f: impl FnOnce(&Ep) -> isize) -> isize {
 ///
 /// # Safety
 /// `iov` points to `count` valid iovecs (or count is 0).
-unsafe fn recv_iov(iov: *const iovec, count: usize) -> Option<Vec<(usize, usize)>> {
+unsafe fn recv_iov(iov: *const iovec, count: usize) -> Option<Iovs> {
     if count > IOV_LIMIT || (count > 0 && iov.is_null()) {
         return None;
     }
     if count == 0 {
-        return Some(Vec::new());
+        return Some(Iovs::Many(Vec::new()));
     }
     // SAFETY: per the contract.
     let v = unsafe { std::slice::from_raw_parts(iov, count) };
-    Some(v.iter().map(|e| (e.iov_base as usize, e.iov_len)).collect())
+    if let [e] = v {
+        return Some(Iovs::One((e.iov_base as usize, e.iov_len)));
+    }
+    Some(Iovs::Many(v.iter().map(|e| (e.iov_base as usize, e.iov_len)).collect()))
 }
 
-fn one(buf: *const c_void, len: usize) -> Vec<(usize, usize)> {
+fn one(buf: *const c_void, len: usize) -> Iovs {
     if len == 0 {
-        Vec::new()
+        Iovs::Many(Vec::new())
     } else {
-        vec![(buf as usize, len)]
+        Iovs::One((buf as usize, len))
     }
 }
 
