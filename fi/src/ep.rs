@@ -669,6 +669,8 @@ impl Ep {
         }
         let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
         let p = m.post(kind, Posted { want, ctx, multi, r });
+        // A post that completed nothing has nothing for a sleeping read.
+        let completed = !p.placed.is_empty() || p.released.is_some();
         for (into, u) in p.placed {
             let h = Header { kind, src_window: u.src.window, tag: u.tag, data: u.data };
             match into {
@@ -680,7 +682,9 @@ impl Ep {
             self.release_multi(&r);
         }
         drop(m);
-        self.wake_rx();
+        if completed {
+            self.wake_rx();
+        }
         0
     }
 
