@@ -133,8 +133,13 @@ impl Core {
         grew
     }
 
+    /// A plain load and store, no locked instruction per post: readers
+    /// only ask whether the count changed (wait.rs `Idle`, which steers
+    /// spinning with it).  Two threads that race may count one post, and
+    /// a second posting thread keeps sleeps short anyway (ep.rs
+    /// `seen_thread`).
     pub fn posted(&self) {
-        self.posts.fetch_add(1, Ordering::Relaxed);
+        self.posts.store(self.posts.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
     }
 
     pub fn posts(&self) -> u64 {

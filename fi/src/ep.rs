@@ -8,12 +8,13 @@ use crate::av::{self, Av};
 use crate::cntr::{self, Cntr};
 use crate::cq::{self, Completion, Cq};
 use crate::domain::{self, DomainInner};
-use crate::matching::{Into, Kind, Matcher, Multi, Posted, Source, Want};
+use crate::matching::{Into, Kind, Matcher, Multi, Posted, Source, Unexpected, Want};
 use crate::stubs::{cm_ops, fid_ops_full, ATOMIC, COLLECTIVE, RMA};
 use crate::sys::*;
 use crate::util::{fi_err, guard, iov_slices, neg, negs, ours, Table, EINVAL, ENOSYS, EOTHER, FI_ADDR_ANY};
-use crate::wire::{Header, CORE_TAG, HEADER_BYTES};
-use doorbell::{SharedBytes, Work};
+use crate::rndv::{ReadWait, Rendezvous, SendWait};
+use crate::wire::{Body, Fin, Header, Rndv, CORE_TAG, HEADER_BYTES};
+use doorbell::{ReadDone, ReadDst, SharedBytes, Work};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -94,6 +95,11 @@ pub struct Ep {
     /// traffic went through this provider.
     sent: AtomicU64,
     received: AtomicU64,
+    /// One-copy messages in flight (rndv.rs).
+    rndv: Rendezvous,
+    /// One-copy messages read with process_vm_readv, and over TCP.
+    read_cma: AtomicU64,
+    read_tcp: AtomicU64,
 }
 
 /// A cheap identity of the calling thread: the address of a thread-local.
@@ -178,6 +184,9 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, info: *mut fi_info, ep: *mut *
             delivering: Mutex::new(Vec::new()),
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
+            rndv: Rendezvous::default(),
+            read_cma: AtomicU64::new(0),
+            read_tcp: AtomicU64::new(0),
         });
         core.register(window, Arc::downgrade(&inner));
         crate::debug!("endpoint open: window {window} caps {caps:#x}");
@@ -214,11 +223,17 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
         // SAFETY: the application closes a fid we made.
         let Some(ep) = (unsafe { from_fid(f) }) else { return EINVAL };
         crate::debug!(
-            "endpoint close: window {}: {} sent, {} received through the core",
+            "endpoint close: window {}: {} sent, {} received through the core; one-copy reads: {} by process_vm_readv, {} over TCP",
             ep.window,
             ep.sent.load(Ordering::Relaxed),
-            ep.received.load(Ordering::Relaxed)
+            ep.received.load(Ordering::Relaxed),
+            ep.read_cma.load(Ordering::Relaxed),
+            ep.read_tcp.load(Ordering::Relaxed)
         );
+        for key in ep.rndv.all_sends() {
+            let _ = ep.domain.core.ep.unexpose(key);
+        }
+        ep.rndv.leak_reads();
         ep.domain.core.release_window(ep.window);
         // SAFETY: our boxed EpFid (checked), closed once.
         drop(unsafe { Box::from_raw(f as *mut EpFid) });
@@ -400,6 +415,11 @@ impl Ep {
             return;
         }
         let me = thread_id();
+        // A load first: the compare-exchange is a locked instruction, and
+        // the first thread is the one that posts every time.
+        if self.first_thread.load(Ordering::Relaxed) == me {
+            return;
+        }
         match self.first_thread.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed) {
             Ok(_) => {}
             Err(first) if first == me => {}
@@ -426,7 +446,7 @@ impl Ep {
         // The look the BTL makes too (plain loads): nothing, only
         // shared-memory messages (the short pass), or anything.
         let work = core.ep.work_kind(self.window).unwrap_or(Work::Any);
-        if work == Work::None {
+        if work == Work::None && !self.rndv.reads_pending() {
             return;
         }
         // Another thread delivers (or sleeps delivering): it reports.
@@ -442,6 +462,30 @@ impl Ep {
             Ok(w) => self.woke(w),
             Err(e) => crate::debug!("progress: {e}"),
         }
+        self.reads_progress();
+    }
+
+    /// One-copy reads over TCP that ended: complete their receives.
+    fn reads_progress(&self) {
+        if !self.rndv.reads_pending() {
+            return;
+        }
+        let mut done = [ReadDone { cookie: 0, status: Ok(()) }; 16];
+        loop {
+            let n = self.domain.core.ep.reads_done(self.window, &mut done).unwrap_or(0);
+            for d in &done[..n] {
+                if let Some(w) = self.rndv.read_done(d.cookie) {
+                    let ok = d.status.is_ok();
+                    if ok {
+                        scatter(w.r.iov.as_slice(), &w.buf);
+                    }
+                    self.end_read(&w.r, w.src, &w.h, w.d, w.buf.len(), ok);
+                }
+            }
+            if n < done.len() {
+                return;
+            }
+        }
     }
 
     /// A peer that died (or whose shared memory went corrupt, which ends
@@ -453,6 +497,12 @@ impl Ep {
             _ => return,
         };
         crate::debug!("window {}: task {task} lost", self.window);
+        for (key, w) in self.rndv.sends_to(task) {
+            let _ = self.domain.core.ep.unexpose(key);
+            let mut c = Completion::ok(w.ctx, FI_SEND | kind_flag(w.kind));
+            c.err = Some((FI_EIO, 0));
+            self.push_tx(c, true);
+        }
         let gone = self.matcher.lock().unwrap_or_else(|p| p.into_inner()).drop_directed_at(task);
         for p in gone {
             let mut c = Completion::ok(p.r.ctx, FI_RECV | kind_flag(p.r.kind) | multi_flag(&p));
@@ -475,6 +525,7 @@ impl Ep {
                 std::thread::sleep(d.min(Duration::from_millis(1)));
             }
         }
+        self.reads_progress();
     }
 
     /// End a sleep on our window (no syscall if nobody sleeps).
@@ -488,9 +539,18 @@ impl Ep {
             return;
         }
         self.received.fetch_add(1, Ordering::Relaxed);
+        let src = |h: &Header| Source { task, window: h.src_window };
         match Header::decode(bytes) {
-            Some((h, payload)) => self.arrive(Source { task, window: h.src_window }, h, payload),
-            None => crate::debug!("dropped a malformed message from task {task}"),
+            Some((h, payload)) if h.body == Body::Eager => self.arrive(src(&h), h, payload),
+            Some((h, payload)) if h.body == Body::Rendezvous && h.kind == Kind::Tagged => match Rndv::decode(payload) {
+                Some(d) if d.len <= MAX_MSG as u64 => self.arrive_remote(src(&h), h, payload, d),
+                _ => crate::debug!("dropped a malformed one-copy message from task {task}"),
+            },
+            Some((h, payload)) if h.body == Body::Fin => match Fin::decode(payload) {
+                Some(f) => self.fin(task, f),
+                None => crate::debug!("dropped a malformed FIN from task {task}"),
+            },
+            _ => crate::debug!("dropped a malformed message from task {task}"),
         }
     }
 
@@ -508,6 +568,97 @@ impl Ep {
             Some(Into::One(r)) => self.complete_recv(&r, src, &h, payload, None),
             Some(Into::Multi { r, offset, last }) => self.complete_recv(&r, src, &h, payload, Some((offset, last))),
         }
+    }
+
+    /// A one-copy message arrives: a matching receive reads it now.
+    fn arrive_remote(&self, src: Source, h: Header, desc: &[u8], d: Rndv) {
+        let a = self.matcher.lock().unwrap_or_else(|p| p.into_inner()).arrive_remote(h.kind, src, h.tag, h.data, desc, d.len as usize);
+        // Tagged: no multi-receive buffer (those are untagged) takes it.
+        if let Some(Into::One(r)) = a.into {
+            self.start_read(r, src, h, d);
+        }
+    }
+
+    /// Read a one-copy message into `r`'s buffer (rndv.rs).
+    fn start_read(&self, r: Recv, src: Source, h: Header, d: Rndv) {
+        let cap: usize = r.iov.as_slice().iter().map(|e| e.1).sum();
+        let n = (d.len as usize).min(cap);
+        let core = &self.domain.core;
+        if n == 0 {
+            return self.end_read(&r, src, &h, d, 0, true);
+        }
+        if core.settings.cma && core.ep.peer_pid(src.task).ok().flatten() == Some(d.pid) {
+            // SAFETY: a posted receive's buffers are the application's to
+            // us until the receive completes (below), and n <= their total.
+            match unsafe { crate::rndv::cma_read(d.pid, d.addr, n, r.iov.as_slice()) } {
+                Ok(()) => {
+                    self.read_cma.fetch_add(1, Ordering::Relaxed);
+                    return self.end_read(&r, src, &h, d, n, true);
+                }
+                Err(e) => crate::debug!("process_vm_readv of task {}: {e}: reading over TCP", src.task),
+            }
+        }
+        self.read_tcp.fetch_add(1, Ordering::Relaxed);
+        let cookie = self.rndv.cookie();
+        let mut buf = vec![0u8; n];
+        // SAFETY: buf's heap block stays allocated and untouched until the
+        // read ends: the wait owns it, and a close leaks it (rndv.rs).
+        let dst = unsafe { ReadDst::new(buf.as_mut_ptr(), n) };
+        self.rndv.read_waits(cookie, ReadWait { r, src, h, d, buf });
+        if let Err(e) = core.ep.read(src.task, self.window, dst, d.addr, d.key, cookie) {
+            crate::debug!("read of task {}: {e}", src.task);
+            if let Some(w) = self.rndv.read_done(cookie) {
+                self.end_read(&w.r, src, &h, d, n, false);
+            }
+        }
+    }
+
+    /// A one-copy read ended: `n` bytes are in `r`'s buffer (if `ok`).
+    /// Complete the receive, and tell the sender.
+    fn end_read(&self, r: &Recv, src: Source, h: &Header, d: Rndv, n: usize, ok: bool) {
+        let mut flags = FI_RECV | kind_flag(h.kind);
+        if h.data.is_some() {
+            flags |= FI_REMOTE_CQ_DATA;
+        }
+        let truncated = d.len as usize - n;
+        let c = Completion {
+            ctx: r.ctx,
+            flags,
+            len: if ok { n } else { 0 },
+            buf: r.iov.as_slice().first().map_or(0, |e| e.0),
+            data: h.data.unwrap_or(0),
+            tag: h.tag,
+            src: self.addr_of(src),
+            err: if !ok {
+                Some((FI_EIO as i32, 0))
+            } else {
+                (truncated > 0).then_some((FI_ETRUNC as i32, truncated))
+            },
+        };
+        self.send_fin(src, d.key, ok);
+        self.push_rx(c, r.flags & FI_COMPLETION != 0);
+    }
+
+    /// The sender of a one-copy message may let its buffer go.
+    fn send_fin(&self, to: Source, key: u64, ok: bool) {
+        let h = Header { kind: Kind::Tagged, src_window: self.window, tag: 0, data: None, body: Body::Fin };
+        if let Err(e) = self.domain.core.ep.send_small(to.task, to.window, CORE_TAG, &h.encode(), &Fin { key, ok }.encode()) {
+            crate::debug!("FIN to task {}: {e}", to.task);
+        }
+    }
+
+    /// A receiver is done with one of our one-copy sends.
+    fn fin(&self, task: u32, f: Fin) {
+        let Some(w) = self.rndv.send_done(f.key, task) else {
+            crate::debug!("dropped a FIN from task {task} for no send of ours");
+            return;
+        };
+        let _ = self.domain.core.ep.unexpose(f.key);
+        let mut c = Completion::ok(w.ctx, FI_SEND | kind_flag(w.kind));
+        if !f.ok {
+            c.err = Some((FI_EIO, 0));
+        }
+        self.push_tx(c, w.wanted);
     }
 
     /// A multi-receive buffer leaves with no message in this completion.
@@ -609,8 +760,14 @@ impl Ep {
         if len > MAX_MSG {
             return negs(FI_EMSGSIZE);
         }
-        let h = Header { kind, src_window: self.window, tag, data };
+        let h = Header { kind, src_window: self.window, tag, data, body: Body::Eager };
         let core = &self.domain.core;
+        if let [one] = parts {
+            let min = core.settings.rndv_min as usize;
+            if !inject && kind == Kind::Tagged && min > 0 && one.len() >= min && to.task != core.task && core.ep.peer_path(to.task) == Ok(1) {
+                return self.send_rndv(to, h, one, ctx, flags);
+            }
+        }
         if to.task == core.task {
             let Some(target) = core.local_ep(to.window) else { return negs(FI_EINVAL) };
             let payload: Vec<u8> = parts.concat();
@@ -643,6 +800,30 @@ impl Ep {
         0
     }
 
+    /// A one-copy send (rndv.rs): the receiver reads `bytes`, which stay the
+    /// application's until its FIN completes the send.
+    fn send_rndv(&self, to: Source, h: Header, bytes: &[u8], ctx: usize, flags: u64) -> isize {
+        let core = &self.domain.core;
+        let key = match core.ep.expose(to.task, bytes.as_ptr() as u64, bytes.len() as u64) {
+            Ok(k) => k,
+            Err(e) => return fi_err(e) as isize,
+        };
+        let d = Rndv { addr: bytes.as_ptr() as u64, len: bytes.len() as u64, key, pid: std::process::id() };
+        // Waiting before it is sent: the FIN may come back at once.
+        self.rndv.send_waits(key, SendWait { task: to.task, ctx, kind: h.kind, wanted: flags & FI_COMPLETION != 0 });
+        let head = Header { body: Body::Rendezvous, ..h }.encode();
+        if let Err(e) = core.ep.send_small(to.task, to.window, CORE_TAG, &head, &d.encode()) {
+            self.rndv.send_done(key, to.task);
+            let _ = core.ep.unexpose(key);
+            if e != doorbell::Error::WouldBlock {
+                crate::debug!("send to task {}: {e}", to.task);
+            }
+            return fi_err(e) as isize;
+        }
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        0
+    }
+
     /// Post a receive (or peek, or take a claimed message).
     #[allow(clippy::too_many_arguments)]
     fn recv(&self, kind: Kind, iov: Iovs, src: fi_addr_t, tag: u64, ignore: u64, ctx: usize, flags: u64) -> isize {
@@ -671,8 +852,13 @@ impl Ep {
         let p = m.post(kind, Posted { want, ctx, multi, r });
         // A post that completed nothing has nothing for a sleeping read.
         let completed = !p.placed.is_empty() || p.released.is_some();
+        let mut reads = Vec::new();
         for (into, u) in p.placed {
-            let h = Header { kind, src_window: u.src.window, tag: u.tag, data: u.data };
+            let h = Header { kind, src_window: u.src.window, tag: u.tag, data: u.data, body: Body::Eager };
+            if let (Into::One(r), Some(d)) = (&into, u.remote.and_then(|_| Rndv::decode(&u.payload))) {
+                reads.push((r.clone(), u.src, h, d));
+                continue;
+            }
             match into {
                 Into::One(r) => self.complete_recv(&r, u.src, &h, &u.payload, None),
                 Into::Multi { r, offset, last } => self.complete_recv(&r, u.src, &h, &u.payload, Some((offset, last))),
@@ -682,6 +868,9 @@ impl Ep {
             self.release_multi(&r);
         }
         drop(m);
+        for (r, src, h, d) in reads {
+            self.start_read(r, src, h, d);
+        }
         if completed {
             self.wake_rx();
         }
@@ -696,7 +885,10 @@ impl Ep {
             self.progress();
             let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
             if flags & FI_DISCARD != 0 {
-                m.discard(kind, want)
+                let u = m.discard(kind, want)?;
+                drop(m);
+                self.dropped(&u);
+                Some(u.peeked())
             } else {
                 m.peek(kind, want, (flags & FI_CLAIM != 0).then_some(r.ctx))
             }
@@ -729,16 +921,29 @@ impl Ep {
         0
     }
 
+    /// A discarded message: a one-copy one's sender is done (its send
+    /// completes as if received).
+    fn dropped(&self, u: &Unexpected) {
+        if let Some(d) = u.remote.and_then(|_| Rndv::decode(&u.payload)) {
+            self.send_fin(u.src, d.key, true);
+        }
+    }
+
     /// FI_CLAIM: receive (or with FI_DISCARD drop) the message a peek claimed.
     fn take_claimed(&self, r: Recv, flags: u64) -> isize {
         let Some(u) = self.matcher.lock().unwrap_or_else(|p| p.into_inner()).take_claimed(r.ctx) else {
             return negs(FI_EINVAL);
         };
-        let h = Header { kind: r.kind, src_window: u.src.window, tag: u.tag, data: u.data };
+        let h = Header { kind: r.kind, src_window: u.src.window, tag: u.tag, data: u.data, body: Body::Eager };
         if flags & FI_DISCARD != 0 {
+            self.dropped(&u);
             let mut c = Completion::ok(r.ctx, FI_RECV | kind_flag(r.kind));
             c.tag = u.tag;
             self.push_rx(c, true);
+            return 0;
+        }
+        if let Some(d) = u.remote.and_then(|_| Rndv::decode(&u.payload)) {
+            self.start_read(Recv { flags: flags | FI_COMPLETION, ..r }, u.src, h, d);
             return 0;
         }
         self.complete_recv(&Recv { flags: flags | FI_COMPLETION, ..r.clone() }, u.src, &h, &u.payload, None);

@@ -24,6 +24,7 @@ pub mod fabric;
 pub mod launch;
 pub mod matching;
 pub mod params;
+pub mod rndv;
 pub mod stubs;
 pub mod sys;
 pub mod util;

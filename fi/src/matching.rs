@@ -65,6 +65,20 @@ pub struct Unexpected {
     pub tag: u64,
     pub data: Option<u64>,
     pub payload: Vec<u8>,
+    /// Some(len): `payload` names a message of `len` bytes that is still in
+    /// its sender's memory (wire.rs `Rndv`).
+    pub remote: Option<usize>,
+}
+
+impl Unexpected {
+    /// The message's length.
+    pub fn len(&self) -> usize {
+        self.remote.unwrap_or(self.payload.len())
+    }
+
+    pub fn peeked(&self) -> Peeked {
+        Peeked { src: self.src, tag: self.tag, data: self.data, len: self.len() }
+    }
 }
 
 /// Where a message goes.
@@ -127,10 +141,21 @@ impl<R> Default for Matcher<R> {
 impl<R: Clone> Matcher<R> {
     /// A message arrives: into the first matching posted receive, or queued.
     pub fn arrive(&mut self, kind: Kind, src: Source, tag: u64, data: Option<u64>, payload: &[u8]) -> Arrival<R> {
+        self.arrive_with(kind, src, tag, data, payload, None)
+    }
+
+    /// A message of `len` bytes left in its sender's memory arrives, named
+    /// by `desc`: as `arrive`, and kept as `desc` if no receive takes it.
+    pub fn arrive_remote(&mut self, kind: Kind, src: Source, tag: u64, data: Option<u64>, desc: &[u8], len: usize) -> Arrival<R> {
+        self.arrive_with(kind, src, tag, data, desc, Some(len))
+    }
+
+    fn arrive_with(&mut self, kind: Kind, src: Source, tag: u64, data: Option<u64>, payload: &[u8], remote: Option<usize>) -> Arrival<R> {
+        let len = remote.unwrap_or(payload.len());
         let mut released = None;
         let q = &mut self.posted[kind as usize];
         let Some(i) = q.iter().position(|p| p.want.matches(kind, src, tag)) else {
-            self.unexpected[kind as usize].push_back(Unexpected { src, tag, data, payload: payload.to_vec() });
+            self.unexpected[kind as usize].push_back(Unexpected { src, tag, data, payload: payload.to_vec(), remote });
             return Arrival { released, into: None };
         };
         if q[i].multi.is_none() {
@@ -139,7 +164,7 @@ impl<R: Clone> Matcher<R> {
         }
         let mut i = i;
         loop {
-            match self.place(kind, i, payload.len()) {
+            match self.place(kind, i, len) {
                 Placed::Into(into) => return Arrival { released, into: Some(into) },
                 Placed::DidNotFit(r) => {
                     // Only one buffer can be released per message: the next
@@ -163,6 +188,7 @@ impl<R: Clone> Matcher<R> {
                                 tag,
                                 data,
                                 payload: payload.to_vec(),
+                                remote,
                             });
                             return Arrival { released, into: None };
                         }
@@ -216,7 +242,7 @@ impl<R: Clone> Matcher<R> {
         loop {
             let uq = &self.unexpected[kind as usize];
             let Some(i) = uq.iter().position(|u| want.matches(kind, u.src, u.tag)) else { return out };
-            let len = uq[i].payload.len();
+            let len = uq[i].len();
             match self.place(kind, at, len) {
                 Placed::Into(into) => {
                     let last = matches!(into, Into::Multi { last: true, .. });
@@ -240,7 +266,7 @@ impl<R: Clone> Matcher<R> {
         let uq = &mut self.unexpected[kind as usize];
         let i = uq.iter().position(|u| want.matches(kind, u.src, u.tag))?;
         let u = &uq[i];
-        let found = Peeked { src: u.src, tag: u.tag, data: u.data, len: u.payload.len() };
+        let found = u.peeked();
         if let Some(ctx) = claim {
             let u = uq.remove(i).expect("index found above");
             self.claimed.push((ctx, u));
@@ -248,12 +274,12 @@ impl<R: Clone> Matcher<R> {
         Some(found)
     }
 
-    /// FI_PEEK|FI_DISCARD: drop the first matching unexpected message.
-    pub fn discard(&mut self, kind: Kind, want: Want) -> Option<Peeked> {
+    /// FI_PEEK|FI_DISCARD: take the first matching unexpected message out
+    /// (the caller drops it, and ends a remote one's rendezvous).
+    pub fn discard(&mut self, kind: Kind, want: Want) -> Option<Unexpected> {
         let uq = &mut self.unexpected[kind as usize];
         let i = uq.iter().position(|u| want.matches(kind, u.src, u.tag))?;
-        let u = uq.remove(i).expect("index found above");
-        Some(Peeked { src: u.src, tag: u.tag, data: u.data, len: u.payload.len() })
+        uq.remove(i)
     }
 
     /// FI_CLAIM: the message an earlier peek claimed with this context.
@@ -396,8 +422,25 @@ mod tests {
         assert_eq!(m.take_claimed(76), None);
         assert_eq!(m.take_claimed(77).unwrap().payload, b"abc");
         assert_eq!(m.take_claimed(77), None);
-        assert_eq!(m.discard(Kind::Tagged, want(None, 2, 0)).unwrap().len, 2);
+        assert_eq!(m.discard(Kind::Tagged, want(None, 2, 0)).unwrap().len(), 2);
         assert_eq!(m.unexpected_len(), 0);
+    }
+
+    #[test]
+    fn a_remote_message_reports_its_own_length_and_keeps_its_descriptor() {
+        let mut m = Matcher::<u32>::default();
+        assert_eq!(m.arrive_remote(Kind::Tagged, A, 4, None, b"desc", 1 << 20).into, None);
+        let p = m.peek(Kind::Tagged, Want::any(), None).unwrap();
+        assert_eq!(p.len, 1 << 20, "a peek reports the message, not its descriptor");
+        let posting = m.post(Kind::Tagged, one(1, want(Some(A), 4, 0)));
+        let (into, u) = posting.placed.into_iter().next().unwrap();
+        assert_eq!(into, Into::One(1));
+        assert_eq!((u.payload.as_slice(), u.remote, u.len()), (&b"desc"[..], Some(1 << 20), 1 << 20));
+        m.post(Kind::Tagged, one(2, Want::any()));
+        assert_eq!(m.arrive_remote(Kind::Tagged, B, 5, None, b"d2", 7).into, Some(Into::One(2)), "a posted receive takes it at once");
+        m.arrive_remote(Kind::Tagged, B, 6, None, b"d3", 9);
+        let d = m.discard(Kind::Tagged, Want::any()).unwrap();
+        assert_eq!((d.len(), d.remote), (9, Some(9)), "a discard hands the descriptor back (its sender waits for a FIN)");
     }
 
     #[test]

@@ -41,6 +41,11 @@ pub struct Settings {
     pub if_exclude: String,
     pub force_tcp: bool,
     pub shm_dir: Option<String>,
+    /// Tagged messages to a rank on this node of at least this many bytes
+    /// go in one copy (0: never).
+    pub rndv_min: u64,
+    /// Read such messages with process_vm_readv (else over TCP: testing).
+    pub cma: bool,
 }
 
 const STRINGS: &[(&CStr, &CStr)] = &[
@@ -55,11 +60,13 @@ const INTS: &[(&CStr, &CStr)] = &[
     (c"spin_us", c"adaptive: microseconds of back-to-back empty reads before the first sleep (default: 100)"),
     (c"sleep_min_us", c"Bound of the first sleep in microseconds; it doubles while nothing comes (default: 1000)"),
     (c"sleep_max_us", c"Largest bound of one sleep in microseconds (default: 4000; once the process starts threads, or a second thread posts on an endpoint, sleeps keep sleep_min_us)"),
+    (c"rndv_min", c"Tagged messages of at least this many bytes to a rank on this node go in one copy: the receiver reads them from the sender's buffer with process_vm_readv (over TCP if it cannot), and the send completes when it has. 0: never (default: 65536)"),
     (c"task", c"This rank's task number, unique in the job, < 16384 (default: PMI_RANK, PMIX_RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID)"),
 ];
 const BOOLS: &[(&CStr, &CStr)] = &[
     (c"force_tcp", c"Send to ranks on this node over TCP too (testing; default: 0)"),
     (c"debug", c"Trace the provider's calls on stderr (default: 0)"),
+    (c"cma", c"Read one-copy messages with process_vm_readv; 0 reads them over TCP from the sender's event thread (testing; default: 1)"),
 ];
 
 /// Declare the variables (fi_prov_ini).
@@ -119,6 +126,8 @@ pub fn read(prov: *mut fi_provider) -> Settings {
         if_exclude: get_str(prov, c"if_exclude").unwrap_or_default(),
         force_tcp: get_int(prov, c"force_tcp").is_some_and(|v| v != 0),
         shm_dir: get_str(prov, c"shm_dir").filter(|s| !s.is_empty()),
+        rndv_min: us(c"rndv_min", 65536),
+        cma: get_int(prov, c"cma").is_none_or(|v| v != 0),
     }
 }
 

@@ -276,6 +276,8 @@ mod tests {
             if_exclude: String::new(),
             force_tcp: false,
             shm_dir: None,
+            rndv_min: 0,
+            cma: true,
         };
         Idle::new(&s)
     }

@@ -149,6 +149,23 @@ static void send_tagged(const void *buf, size_t len, uint64_t tag, uint64_t data
     CHECK(e.flags & FI_SEND, "send flags %#llx", (unsigned long long)e.flags);
 }
 
+/* One-copy messages (at least FI_DOORBELL_RNDV_MIN, 64 KiB): a pattern
+ * per tag, so that a read of the wrong bytes or the wrong offset shows. */
+#define BIG (200 * 1024)
+static unsigned char pattern(uint64_t tag, size_t i) { return (unsigned char)(i * 7 + tag * 13 + (i >> 9)); }
+static void fill_big(unsigned char *b, uint64_t tag)
+{
+    for (size_t i = 0; i < BIG; i++)
+        b[i] = pattern(tag, i);
+}
+static int big_ok(const unsigned char *b, size_t from, size_t n, uint64_t tag)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != pattern(tag, from + i))
+            return 0;
+    return 1;
+}
+
 static void sender(void)
 {
     char big[100];
@@ -170,7 +187,18 @@ static void sender(void)
     sync_peer(); /* 4: three for the counter */
     for (i = 0; i < 3; i++)
         OK(fi_tinject(ep, "c", 1, peer_addr, 12));
-    sync_peer(); /* 5: done */
+    sync_peer(); /* 5: one-copy messages; each send completes once the
+                  * receiver took (or dropped) it */
+    {
+        static unsigned char b[BIG];
+        static const uint64_t tags[] = {23, 20, 21, 22};
+        for (i = 0; i < 4; i++) {
+            step = "one-copy send";
+            fill_big(b, tags[i]);
+            send_tagged(b, BIG, tags[i], tags[i] == 23 ? 99 : 0, peer_addr);
+        }
+    }
+    sync_peer(); /* 6: done */
 }
 
 static void receiver(void)
@@ -291,8 +319,79 @@ static void receiver(void)
         sync_peer(); /* 4 */
         OK(fi_cntr_wait(rcntr, base + 3, 3000));
         CHECK(fi_cntr_read(rcntr) == base + 3, "counter %llu", (unsigned long long)fi_cntr_read(rcntr));
+        for (i = 0; i < 3; i++)
+            expect_ok(&e, NULL, "counted receive");
     }
-    sync_peer(); /* 5 */
+
+    /* One-copy messages: the receiver reads the sender's buffer. */
+    {
+        static unsigned char big[BIG + 4096], a[80 * 1024], b2[150 * 1024];
+        struct iovec two[2] = {{a, sizeof a}, {b2, sizeof b2}};
+        struct fi_msg_tagged tm;
+        struct fi_context ctx23;
+        /* Tag 23, posted before it is sent, into two iovecs. */
+        memset(&tm, 0, sizeof tm);
+        tm.msg_iov = two;
+        tm.iov_count = 2;
+        tm.addr = peer_addr;
+        tm.tag = 23;
+        tm.context = &ctx23;
+        OK(fi_trecvmsg(ep, &tm, FI_COMPLETION));
+        sync_peer(); /* 5 */
+        /* Tag 23, sent first, lands in the receive posted before it. */
+        expect_ok(&e, &ctx23, "one-copy receive into two iovecs");
+        CHECK(e.len == BIG && e.data == 99 && (e.flags & FI_REMOTE_CQ_DATA) && big_ok(a, 0, sizeof a, 23) &&
+                  big_ok(b2, sizeof a, BIG - sizeof a, 23),
+              "one-copy into two iovecs: len %zu data %llu", e.len, (unsigned long long)e.data);
+
+
+        /* Tag 20, unexpected: a peek reports its whole length; then the
+         * claim reads it. */
+        step = "one-copy peek";
+        memset(&m, 0, sizeof m);
+        m.addr = FI_ADDR_UNSPEC;
+        m.tag = 20;
+        m.context = &pctx;
+        for (;;) {
+            struct err_entry_2x err;
+            OK(fi_trecvmsg(ep, &m, FI_PEEK | FI_CLAIM));
+            if (next(&e, &err) == 1)
+                break;
+            CHECK(err.e.err == FI_ENOMSG, "one-copy peek: err %d", err.e.err);
+        }
+        CHECK(e.len == BIG && e.tag == 20, "one-copy peek: len %zu tag %llu", e.len, (unsigned long long)e.tag);
+        iov.iov_base = big;
+        iov.iov_len = sizeof big;
+        m.msg_iov = &iov;
+        m.iov_count = 1;
+        memset(big, 0, sizeof big);
+        OK(fi_trecvmsg(ep, &m, FI_CLAIM));
+        expect_ok(&e, &pctx, "one-copy claimed receive");
+        CHECK(e.len == BIG && big_ok(big, 0, BIG, 20), "one-copy claimed: len %zu, bytes %s", e.len,
+              big_ok(big, 0, BIG, 20) ? "right" : "wrong");
+
+        /* Tag 21 into 1000 bytes: truncated, the first 1000 right. */
+        memset(big, 0, sizeof big);
+        OK(fi_trecv(ep, big, 1000, NULL, peer_addr, 21, 0, &rctx));
+        expect_err(FI_ETRUNC, &rctx, BIG - 1000, "one-copy truncation");
+        CHECK(big_ok(big, 0, 1000, 21) && big[1000] == 0, "one-copy truncation: bytes");
+
+        /* Tag 22, dropped by a peek with FI_DISCARD: its sender completes. */
+        step = "one-copy discard";
+        m.tag = 22;
+        m.msg_iov = NULL;
+        m.iov_count = 0;
+        for (;;) {
+            struct err_entry_2x err;
+            OK(fi_trecvmsg(ep, &m, FI_PEEK | FI_DISCARD));
+            if (next(&e, &err) == 1)
+                break;
+            CHECK(err.e.err == FI_ENOMSG, "one-copy discard: err %d", err.e.err);
+        }
+        CHECK(e.len == BIG && e.tag == 22, "one-copy discard: len %zu", e.len);
+
+    }
+    sync_peer(); /* 6 */
 }
 
 int main(int argc, char **argv)

@@ -118,10 +118,22 @@ if cc -O2 -Wall -I "$ROOT/fi/include" -o "$BIN/fi_check" "$ROOT/fi/tests/fi_chec
     for via in shm tcp; do
         tcp=0
         [[ $via == tcp ]] && tcp=1
-        for core in debian wheel debian-waitfd; do
-            envs=(FI_PROVIDER_PATH="$PROV" FI_DOORBELL_IF_INCLUDE=lo FI_DOORBELL_FORCE_TCP=$tcp)
+        for core in debian wheel debian-waitfd debian-nocma; do
+            # The receiver's endpoint says at close how it read the three
+            # one-copy messages it received (the fourth it discarded):
+            # over shared memory with process_vm_readv, or over TCP with
+            # FI_DOORBELL_CMA=0; over TCP they go eagerly.
+            envs=(FI_PROVIDER_PATH="$PROV" FI_DOORBELL_IF_INCLUDE=lo FI_DOORBELL_FORCE_TCP=$tcp FI_DOORBELL_DEBUG=1)
             name="fi_check $via (libfabric 1.17)"
+            reads="one-copy reads: 3 by process_vm_readv, 0 over TCP"
+            [[ $via == tcp ]] && reads="one-copy reads: 0 by process_vm_readv, 0 over TCP"
             wait_arg=()
+            if [[ $core == debian-nocma ]]; then
+                [[ $via == shm ]] || continue
+                envs+=(FI_DOORBELL_CMA=0)
+                name="fi_check $via FI_DOORBELL_CMA=0 (libfabric 1.17)"
+                reads="one-copy reads: 0 by process_vm_readv, 3 over TCP"
+            fi
             if [[ $core == debian-waitfd ]]; then
                 wait_arg=(waitfd)
                 name="fi_check $via FI_WAIT_FD (libfabric 1.17)"
@@ -132,7 +144,8 @@ if cc -O2 -Wall -I "$ROOT/fi/include" -o "$BIN/fi_check" "$ROOT/fi/tests/fi_chec
                 name="fi_check $via (MPICH wheel's libfabric, its API version)"
             fi
             log=$LOGS/$(slug "$name").log
-            if env "${envs[@]}" timeout -k 5 "$RUN_TIMEOUT" "$BIN/fi_check" core "${wait_arg[@]}" >"$log" 2>&1 && grep -q '^fi_check: OK' "$log"; then
+            if env "${envs[@]}" timeout -k 5 "$RUN_TIMEOUT" "$BIN/fi_check" core "${wait_arg[@]}" >"$log" 2>&1 &&
+                grep -q '^fi_check: OK' "$log" && grep -qF "$reads" "$log"; then
                 pass "$name"
             else
                 fail "$name" "$log"

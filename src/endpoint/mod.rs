@@ -303,6 +303,15 @@ impl Endpoint {
         Ok(if p.local { 1 } else { 2 })
     }
 
+    /// The process id of a peer on this host that we reach over shared
+    /// memory, once known (None before, and for any other peer): what a
+    /// reader of its memory (process_vm_readv) checks an id the peer sent
+    /// against.
+    pub fn peer_pid(&self, task: u32) -> Result<Option<u32>> {
+        let p = self.inner.peer(task)?;
+        Ok(Some(p.pid.load(Ordering::Acquire)).filter(|&pid| pid != 0 && p.local))
+    }
+
     pub fn send(&self, task: u32, window: u32, tag: u8, parts: &[&[u8]]) -> Result<()> {
         self.inner.send(task, window, tag, parts)
     }
