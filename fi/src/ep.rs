@@ -725,8 +725,10 @@ impl Ep {
         if let Some(k) = cntr {
             k.bump(c.err.is_some());
         }
-        let b = self.rx.read().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(b) = b {
+        // Pushed under the binding's read lock, not a clone of it: two
+        // locked instructions less per completion.  The push takes only the
+        // queue's own lock.
+        if let Some(b) = &*self.rx.read().unwrap_or_else(|p| p.into_inner()) {
             if c.err.is_some() || !b.selective || wanted {
                 b.cq.push(c);
             }
@@ -738,8 +740,10 @@ impl Ep {
         if let Some(k) = cntr {
             k.bump(c.err.is_some());
         }
-        let b = self.tx.read().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(b) = b {
+        // Pushed under the binding's read lock, not a clone of it: two
+        // locked instructions less per completion.  The push takes only the
+        // queue's own lock.
+        if let Some(b) = &*self.tx.read().unwrap_or_else(|p| p.into_inner()) {
             if c.err.is_some() || !b.selective || wanted {
                 b.cq.push(c);
             }
