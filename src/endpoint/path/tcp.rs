@@ -451,9 +451,20 @@ impl Inner {
             return 0;
         }
         w.inbox_ready.store(false, Ordering::Relaxed);
-        let batch: Vec<Inbound> = lock(&w.inbox).drain(..).collect();
-        let n = batch.len();
-        for m in batch {
+        // One frame at a time, taken under the lock and handed over outside
+        // it, as many as were there at the first look (later ones set
+        // inbox_ready again).  Collecting them into a batch allocated and
+        // freed a vector on every pass that delivered (~280 instructions a
+        // message in a TCP ping-pong), where the common pass takes one.
+        let (mut n, mut left) = (0, usize::MAX);
+        while n < left {
+            let m = {
+                let mut inbox = lock(&w.inbox);
+                left = left.min(inbox.len() + n);
+                inbox.pop_front()
+            };
+            let Some(m) = m else { break };
+            n += 1;
             cb(m.src, m.tag, SharedBytes::from_slice(&m.data));
             self.buf_pool.give(m.data);
         }
