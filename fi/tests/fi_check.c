@@ -201,6 +201,19 @@ static void sender(void)
     sync_peer(); /* 6: done */
 }
 
+/* Peek with `flags` (FI_PEEK and FI_CLAIM or FI_DISCARD) until a message
+ * is found; a miss must be FI_ENOMSG.  Leaves the find in *e. */
+static void peek_until_found(struct fi_msg_tagged *m, uint64_t flags, struct fi_cq_tagged_entry *e, const char *what)
+{
+    for (;;) {
+        struct err_entry_2x err;
+        OK(fi_trecvmsg(ep, m, flags));
+        if (next(e, &err) == 1)
+            return;
+        CHECK(err.e.err == FI_ENOMSG, "%s: err %d", what, err.e.err);
+    }
+}
+
 static void receiver(void)
 {
     struct fi_cq_tagged_entry e;
@@ -223,13 +236,7 @@ static void receiver(void)
 
     /* Peek until it comes, claiming it; then receive the claimed one. */
     step = "peek until found";
-    for (;;) {
-        struct err_entry_2x err;
-        OK(fi_trecvmsg(ep, &m, FI_PEEK | FI_CLAIM));
-        if (next(&e, &err) == 1)
-            break;
-        CHECK(err.e.err == FI_ENOMSG, "peek: err %d", err.e.err);
-    }
+    peek_until_found(&m, FI_PEEK | FI_CLAIM, &e, "peek");
     CHECK(e.len == 5 && e.tag == 7 && e.data == 42 && (e.flags & FI_REMOTE_CQ_DATA), "peek: len %zu tag %llu data %llu",
           e.len, (unsigned long long)e.tag, (unsigned long long)e.data);
     iov.iov_base = buf;
@@ -352,13 +359,7 @@ static void receiver(void)
         m.addr = FI_ADDR_UNSPEC;
         m.tag = 20;
         m.context = &pctx;
-        for (;;) {
-            struct err_entry_2x err;
-            OK(fi_trecvmsg(ep, &m, FI_PEEK | FI_CLAIM));
-            if (next(&e, &err) == 1)
-                break;
-            CHECK(err.e.err == FI_ENOMSG, "one-copy peek: err %d", err.e.err);
-        }
+        peek_until_found(&m, FI_PEEK | FI_CLAIM, &e, "one-copy peek");
         CHECK(e.len == BIG && e.tag == 20, "one-copy peek: len %zu tag %llu", e.len, (unsigned long long)e.tag);
         iov.iov_base = big;
         iov.iov_len = sizeof big;
@@ -381,13 +382,7 @@ static void receiver(void)
         m.tag = 22;
         m.msg_iov = NULL;
         m.iov_count = 0;
-        for (;;) {
-            struct err_entry_2x err;
-            OK(fi_trecvmsg(ep, &m, FI_PEEK | FI_DISCARD));
-            if (next(&e, &err) == 1)
-                break;
-            CHECK(err.e.err == FI_ENOMSG, "one-copy discard: err %d", err.e.err);
-        }
+        peek_until_found(&m, FI_PEEK | FI_DISCARD, &e, "one-copy discard");
         CHECK(e.len == BIG && e.tag == 22, "one-copy discard: len %zu", e.len);
 
     }
