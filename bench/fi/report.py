@@ -22,6 +22,10 @@ def main():
         r, c, m, k, v = line.split()
         vals[(c, m, k)].append(float(v))
     med = {key: statistics.median(v) for key, v in vals.items()}
+    # Each configuration's best round: the host places a rank pair close
+    # or far (a cache line crosses in 0.06-0.08 or 0.14-0.34 us), and a
+    # median of few rounds can compare one placement with the other.
+    best = {key: (min(v) if key[1] == "lat" else max(v)) for key, v in vals.items()}
     pairs = [(x, y) for x, y in PAIRS if x in configs and y in configs]
 
     def table(metric, title, fmt):
@@ -47,15 +51,19 @@ def main():
     table("idle_cpu", "CPU of a rank blocked in MPI_Recv, % of a core", f)
 
     print("\n== targets ==")
-    def ratio(x, y, m, k):
-        vx, vy = med.get((x, m, k)), med.get((y, m, k))
+    def ratio(x, y, m, k, of):
+        vx, vy = of.get((x, m, k)), of.get((y, m, k))
         return vx / vy if vx and vy else None
+    print(f"{'':45s} {'median':>8s} {'best':>8s}  (met only if both meet the goal)")
     for x, y in pairs[:2]:
-        for desc, v, goal, le in ((f"8 B latency {x}/{y}", ratio(x, y, "lat", "8"), 1.2, True),
-                                  (f"1 MiB bandwidth {x}/{y}", ratio(x, y, "bw", "1048576"), 0.9, False),
-                                  (f"8 B message rate {x}/{y}", ratio(x, y, "bw", "8"), 0.9, False)):
-            verdict = "n/a" if v is None else ("met" if (v <= goal if le else v >= goal) else "MISSED")
-            print(f"{desc:45s} {'-' if v is None else f'{v:.2f}x':>8s}  goal {'<=' if le else '>='} {goal}x  {verdict}")
+        for desc, m, k, goal, le in ((f"8 B latency {x}/{y}", "lat", "8", 1.2, True),
+                                     (f"1 MiB bandwidth {x}/{y}", "bw", "1048576", 0.9, False),
+                                     (f"8 B message rate {x}/{y}", "bw", "8", 0.9, False)):
+            v, b = ratio(x, y, m, k, med), ratio(x, y, m, k, best)
+            ok = lambda r: r <= goal if le else r >= goal
+            verdict = "n/a" if v is None or b is None else ("met" if ok(v) and ok(b) else "MISSED")
+            show = lambda r: "-" if r is None else f"{r:.2f}x"
+            print(f"{desc:45s} {show(v):>8s} {show(b):>8s}  goal {'<=' if le else '>='} {goal}x  {verdict}")
     for x in ("ompi_doorbell", "mpich_doorbell"):
         v = med.get((x, "idle_cpu", "-"))
         if x in configs:
