@@ -451,8 +451,7 @@ impl Ep {
         }
         // Another thread delivers (or sleeps delivering): it reports.
         let Ok(mut buf) = self.delivering.try_lock() else { return };
-        let buf = &mut *buf;
-        let mut deliver = |task, tag, b: SharedBytes<'_>| b.with_slice(buf, |s| self.deliver(task, tag, s));
+        let mut deliver = |task, tag, b: SharedBytes<'_>| self.deliver_in(&mut buf, task, tag, b);
         let r = if work == Work::Local {
             core.ep.progress_local_in_place(self.window, deliver).map(doorbell::Woke::Message)
         } else {
@@ -516,8 +515,7 @@ impl Ep {
         let core = &self.domain.core;
         let mode = Some(doorbell::WaitMode::Block);
         let mut buf = self.delivering.lock().unwrap_or_else(|p| p.into_inner());
-        let buf = &mut *buf;
-        let mut deliver = |task, tag, b: SharedBytes<'_>| b.with_slice(buf, |s| self.deliver(task, tag, s));
+        let mut deliver = |task, tag, b: SharedBytes<'_>| self.deliver_in(&mut buf, task, tag, b);
         match core.ep.wait_in_place(self.window, mode, Some(d), &mut deliver) {
             Ok(w) => self.woke(w),
             Err(e) => {
@@ -532,6 +530,12 @@ impl Ep {
     pub fn wake(&self) {
         let core = &self.domain.core;
         let _ = core.ep.local_notify(core.task, self.window);
+    }
+
+    /// `deliver`, for bytes the core hands over in place: shared ones are
+    /// copied into `buf` (the delivering lock's) first.
+    fn deliver_in(&self, buf: &mut Vec<u8>, task: u32, tag: u8, b: SharedBytes<'_>) {
+        b.with_slice(buf, |s| self.deliver(task, tag, s));
     }
 
     fn deliver(&self, task: u32, tag: u8, bytes: &[u8]) {
@@ -616,25 +620,11 @@ impl Ep {
     /// A one-copy read ended: `n` bytes are in `r`'s buffer (if `ok`).
     /// Complete the receive, and tell the sender.
     fn end_read(&self, r: &Recv, src: Source, h: &Header, d: Rndv, n: usize, ok: bool) {
-        let mut flags = FI_RECV | kind_flag(h.kind);
-        if h.data.is_some() {
-            flags |= FI_REMOTE_CQ_DATA;
+        let buf = r.iov.as_slice().first().map_or(0, |e| e.0);
+        let mut c = self.recv_completion(r, src, h, n, d.len as usize, buf, false);
+        if !ok {
+            (c.len, c.err) = (0, Some((FI_EIO as i32, 0)));
         }
-        let truncated = d.len as usize - n;
-        let c = Completion {
-            ctx: r.ctx,
-            flags,
-            len: if ok { n } else { 0 },
-            buf: r.iov.as_slice().first().map_or(0, |e| e.0),
-            data: h.data.unwrap_or(0),
-            tag: h.tag,
-            src: self.addr_of(src),
-            err: if !ok {
-                Some((FI_EIO as i32, 0))
-            } else {
-                (truncated > 0).then_some((FI_ETRUNC as i32, truncated))
-            },
-        };
         self.send_fin(src, d.key, ok);
         self.push_rx(c, r.flags & FI_COMPLETION != 0);
     }
@@ -684,12 +674,21 @@ impl Ep {
             None => (scatter(r.iov.as_slice(), payload), r.iov.as_slice().first().map_or(0, |e| e.0)),
         };
         let last = multi.is_some_and(|(_, l)| l);
+        let c = self.recv_completion(r, src, h, copied, payload.len(), buf, last);
+        self.push_rx(c, r.flags & FI_COMPLETION != 0 || last);
+    }
+
+    /// The completion of receive `r`: `copied` of the message's `total`
+    /// bytes, at `buf` (FI_ETRUNC for the rest); `last`: a multi-receive
+    /// buffer is released with it.
+    #[allow(clippy::too_many_arguments)]
+    fn recv_completion(&self, r: &Recv, src: Source, h: &Header, copied: usize, total: usize, buf: usize, last: bool) -> Completion {
         let mut flags = FI_RECV | kind_flag(h.kind) | if last { FI_MULTI_RECV } else { 0 };
         if h.data.is_some() {
             flags |= FI_REMOTE_CQ_DATA;
         }
-        let truncated = payload.len() - copied;
-        let c = Completion {
+        let truncated = total - copied;
+        Completion {
             ctx: r.ctx,
             flags,
             len: copied,
@@ -698,9 +697,7 @@ impl Ep {
             tag: if h.kind == Kind::Tagged { h.tag } else { 0 },
             src: self.addr_of(src),
             err: (truncated > 0).then_some((FI_ETRUNC as i32, truncated)),
-        };
-        let wanted = r.flags & FI_COMPLETION != 0 || last;
-        self.push_rx(c, wanted);
+        }
     }
 
     fn addr_of(&self, src: Source) -> fi_addr_t {
@@ -859,13 +856,12 @@ impl Ep {
         let mut reads = Vec::new();
         for (into, u) in p.placed {
             let h = Header { kind, src_window: u.src.window, tag: u.tag, data: u.data, body: Body::Eager };
-            if let (Into::One(r), Some(d)) = (&into, u.remote.and_then(|_| Rndv::decode(&u.payload))) {
-                reads.push((r.clone(), u.src, h, d));
-                continue;
-            }
-            match into {
-                Into::One(r) => self.complete_recv(&r, u.src, &h, &u.payload, None),
-                Into::Multi { r, offset, last } => self.complete_recv(&r, u.src, &h, &u.payload, Some((offset, last))),
+            // Tagged: a one-copy message goes to a single receive, read
+            // below, outside the matcher's lock.
+            match (into, remote_of(&u)) {
+                (Into::One(r), Some(d)) => reads.push((r, u.src, h, d)),
+                (Into::One(r), None) => self.complete_recv(&r, u.src, &h, &u.payload, None),
+                (Into::Multi { r, offset, last }, _) => self.complete_recv(&r, u.src, &h, &u.payload, Some((offset, last))),
             }
         }
         if let Some(r) = p.released {
@@ -928,7 +924,7 @@ impl Ep {
     /// A discarded message: a one-copy one's sender is done (its send
     /// completes as if received).
     fn dropped(&self, u: &Unexpected) {
-        if let Some(d) = u.remote.and_then(|_| Rndv::decode(&u.payload)) {
+        if let Some(d) = remote_of(u) {
             self.send_fin(u.src, d.key, true);
         }
     }
@@ -946,13 +942,18 @@ impl Ep {
             self.push_rx(c, true);
             return 0;
         }
-        if let Some(d) = u.remote.and_then(|_| Rndv::decode(&u.payload)) {
+        if let Some(d) = remote_of(&u) {
             self.start_read(Recv { flags: flags | FI_COMPLETION, ..r }, u.src, h, d);
             return 0;
         }
         self.complete_recv(&Recv { flags: flags | FI_COMPLETION, ..r.clone() }, u.src, &h, &u.payload, None);
         0
     }
+}
+
+/// The descriptor of a kept one-copy message (None: an eager one).
+fn remote_of(u: &Unexpected) -> Option<Rndv> {
+    u.remote.and_then(|_| Rndv::decode(&u.payload))
 }
 
 /// Copy `payload` into the iovecs; the bytes copied.
