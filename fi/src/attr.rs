@@ -20,7 +20,14 @@ pub const DOMAIN_CAPS: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
 /// subset of what FI_DIRECTED_RECV gives.
 pub const TAGGED_DIRECTED_RECV_2X: u64 = 1 << 45;
 
-pub const MAX_MSG: usize = (1 << 30) - crate::wire::HEADER_BYTES;
+/// The longest message that goes through the core itself: its 1 GiB
+/// message limit less our header.  Anything longer is sent one-copy
+/// (rndv.rs), tagged messages only.
+pub const MAX_EAGER: usize = (1 << 30) - crate::wire::HEADER_BYTES;
+/// The longest tagged message (`max_msg_size`): a slice's limit.  An MPI
+/// that sees less splits or refuses (MPICH's huge-message protocol wants
+/// `fi_read`, which we do not offer).
+pub const MAX_MSG: usize = isize::MAX as usize;
 pub const INJECT_SIZE: usize = 16 << 10;
 pub const IOV_LIMIT: usize = 8;
 pub const QUEUE_SIZE: usize = 1 << 16;

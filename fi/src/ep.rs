@@ -3,7 +3,7 @@
 //! endpoint for a message to ourselves); receives are matched here
 //! (matching.rs) and completed into the bound queues and counters.
 
-use crate::attr::{IOV_LIMIT, MAX_MSG, QUEUE_SIZE};
+use crate::attr::{IOV_LIMIT, MAX_EAGER, MAX_MSG, QUEUE_SIZE};
 use crate::av::{self, Av};
 use crate::cntr::{self, Cntr};
 use crate::cq::{self, Completion, Cq};
@@ -12,7 +12,7 @@ use crate::matching::{Into, Kind, Matcher, Multi, Posted, Source, Unexpected, Wa
 use crate::stubs::{cm_ops, fid_ops_full, ATOMIC, COLLECTIVE, RMA};
 use crate::sys::*;
 use crate::util::{fi_err, guard, iov_slices, neg, negs, ours, Table, EINVAL, ENOSYS, EOTHER, FI_ADDR_ANY};
-use crate::rndv::{ReadWait, Rendezvous, SendWait};
+use crate::rndv::{ReadWait, Rendezvous, SendWait, READ_PIECE};
 use crate::wire::{Body, Fin, Header, Rndv, CORE_TAG, HEADER_BYTES};
 use doorbell::{ReadDone, ReadDst, SharedBytes, Work};
 use std::os::raw::{c_int, c_void};
@@ -230,7 +230,8 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
             ep.read_cma.load(Ordering::Relaxed),
             ep.read_tcp.load(Ordering::Relaxed)
         );
-        for key in ep.rndv.all_sends() {
+        // Each wait (which may own the bytes) dropped after its exposure ends.
+        for (key, _wait) in ep.rndv.all_sends() {
             let _ = ep.domain.core.ep.unexpose(key);
         }
         ep.rndv.leak_reads();
@@ -473,12 +474,17 @@ impl Ep {
         loop {
             let n = self.domain.core.ep.reads_done(self.window, &mut done).unwrap_or(0);
             for d in &done[..n] {
-                if let Some(w) = self.rndv.read_done(d.cookie) {
-                    let ok = d.status.is_ok();
-                    if ok {
-                        scatter(w.r.iov.as_slice(), &w.buf);
-                    }
-                    self.end_read(&w.r, w.src, &w.h, w.d, w.buf.len(), ok);
+                let Some(mut w) = self.rndv.read_done(d.cookie) else { continue };
+                if d.status.is_err() {
+                    self.end_read(&w.r, w.src, &w.h, w.d, w.n, false);
+                    continue;
+                }
+                scatter_at(w.r.iov.as_slice(), w.off, &w.buf);
+                w.off += w.buf.len();
+                if w.off < w.n {
+                    self.read_piece(w);
+                } else {
+                    self.end_read(&w.r, w.src, &w.h, w.d, w.n, true);
                 }
             }
             if n < done.len() {
@@ -603,16 +609,25 @@ impl Ep {
             }
         }
         self.read_tcp.fetch_add(1, Ordering::Relaxed);
-        let cookie = self.rndv.cookie();
-        let mut buf = vec![0u8; n];
+        self.read_piece(ReadWait { r, src, h, d, n, off: 0, buf: Vec::new() });
+    }
+
+    /// Ask the sender of `w`'s message for its next piece over TCP (at
+    /// most READ_PIECE bytes from `w.off`); reads_progress takes it.
+    fn read_piece(&self, mut w: ReadWait) {
+        let len = (w.n - w.off).min(READ_PIECE);
+        // No piece is longer than the first: the block never moves after.
+        w.buf.resize(len, 0);
         // SAFETY: buf's heap block stays allocated and untouched until the
         // read ends: the wait owns it, and a close leaks it (rndv.rs).
-        let dst = unsafe { ReadDst::new(buf.as_mut_ptr(), n) };
-        self.rndv.read_waits(cookie, ReadWait { r, src, h, d, buf });
-        if let Err(e) = core.ep.read(src.task, self.window, dst, d.addr, d.key, cookie) {
-            crate::debug!("read of task {}: {e}", src.task);
+        let dst = unsafe { ReadDst::new(w.buf.as_mut_ptr(), len) };
+        let (task, addr, key) = (w.src.task, w.d.addr + w.off as u64, w.d.key);
+        let cookie = self.rndv.cookie();
+        self.rndv.read_waits(cookie, w);
+        if let Err(e) = self.domain.core.ep.read(task, self.window, dst, addr, key, cookie) {
+            crate::debug!("read of task {task}: {e}");
             if let Some(w) = self.rndv.read_done(cookie) {
-                self.end_read(&w.r, src, &h, d, n, false);
+                self.end_read(&w.r, w.src, &w.h, w.d, w.n, false);
             }
         }
     }
@@ -757,17 +772,29 @@ impl Ep {
     fn send(&self, kind: Kind, parts: &[&[u8]], dest: fi_addr_t, tag: u64, data: Option<u64>, ctx: usize, flags: u64, inject: bool) -> isize {
         self.seen_thread(true);
         let Some(to) = self.source_of(dest) else { return negs(FI_EINVAL) };
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        if len > MAX_MSG {
-            return negs(FI_EMSGSIZE);
-        }
+        let len = parts.iter().try_fold(0usize, |n, p| n.checked_add(p.len()));
+        let Some(len) = len.filter(|&n| n <= MAX_MSG) else { return negs(FI_EMSGSIZE) };
         let h = Header { kind, src_window: self.window, tag, data, body: Body::Eager };
         let core = &self.domain.core;
-        if let [one] = parts {
-            let min = core.settings.rndv_min as usize;
-            if !inject && kind == Kind::Tagged && min > 0 && one.len() >= min && to.task != core.task && core.ep.peer_path(to.task) == Ok(1) {
-                return self.send_rndv(to, h, one, ctx, flags);
+        if to.task != core.task && kind == Kind::Tagged && !inject {
+            if len > MAX_EAGER {
+                // Longer than the core takes: one-copy, whatever the path.
+                return match parts {
+                    [one] => self.send_rndv(to, h, one.as_ptr() as u64, len, Vec::new(), ctx, flags),
+                    _ => {
+                        let all = parts.concat();
+                        self.send_rndv(to, h, all.as_ptr() as u64, len, all, ctx, flags)
+                    }
+                };
             }
+            let min = core.settings.rndv_min as usize;
+            if min > 0 && len >= min && parts.len() == 1 && core.ep.peer_path(to.task) == Ok(1) {
+                return self.send_rndv(to, h, parts[0].as_ptr() as u64, len, Vec::new(), ctx, flags);
+            }
+        }
+        if len > MAX_EAGER && to.task != core.task {
+            // Untagged (multi-receive buffers take those) and injects.
+            return negs(FI_EMSGSIZE);
         }
         if to.task == core.task {
             let Some(target) = core.local_ep(to.window) else { return negs(FI_EINVAL) };
@@ -801,20 +828,24 @@ impl Ep {
         0
     }
 
-    /// A one-copy send (rndv.rs): the receiver reads `bytes`, which stay the
-    /// application's until its FIN completes the send.
-    fn send_rndv(&self, to: Source, h: Header, bytes: &[u8], ctx: usize, flags: u64) -> isize {
+    /// A one-copy send (rndv.rs): the receiver reads the `len` bytes at
+    /// `addr`, which stay the application's until its FIN completes the
+    /// send, or are in `gathered`, which the wait keeps until then.
+    #[allow(clippy::too_many_arguments)]
+    fn send_rndv(&self, to: Source, h: Header, addr: u64, len: usize, gathered: Vec<u8>, ctx: usize, flags: u64) -> isize {
         let core = &self.domain.core;
-        let key = match core.ep.expose(to.task, bytes.as_ptr() as u64, bytes.len() as u64) {
+        let key = match core.ep.expose(to.task, addr, len as u64) {
             Ok(k) => k,
             Err(e) => return fi_err(e) as isize,
         };
-        let d = Rndv { addr: bytes.as_ptr() as u64, len: bytes.len() as u64, key, pid: std::process::id() };
-        // Waiting before it is sent: the FIN may come back at once.
-        self.rndv.send_waits(key, SendWait { task: to.task, ctx, kind: h.kind, wanted: flags & FI_COMPLETION != 0 });
+        let d = Rndv { addr, len: len as u64, key, pid: std::process::id() };
+        // Waiting before it is sent: the FIN may come back at once.  A
+        // gathered buffer's heap block does not move with the wait.
+        let wanted = flags & FI_COMPLETION != 0;
+        self.rndv.send_waits(key, SendWait { task: to.task, ctx, kind: h.kind, wanted, gathered });
         let head = Header { body: Body::Rendezvous, ..h }.encode();
         if let Err(e) = core.ep.send_small(to.task, to.window, CORE_TAG, &head, &d.encode()) {
-            self.rndv.send_done(key, to.task);
+            let _wait = self.rndv.send_done(key, to.task);
             let _ = core.ep.unexpose(key);
             if e != doorbell::Error::WouldBlock {
                 crate::debug!("send to task {}: {e}", to.task);
@@ -958,16 +989,27 @@ fn remote_of(u: &Unexpected) -> Option<Rndv> {
 
 /// Copy `payload` into the iovecs; the bytes copied.
 fn scatter(iov: &[(usize, usize)], payload: &[u8]) -> usize {
+    scatter_at(iov, 0, payload)
+}
+
+/// `scatter`, from `skip` bytes into the iovecs.
+fn scatter_at(iov: &[(usize, usize)], mut skip: usize, payload: &[u8]) -> usize {
     let mut done = 0;
     for &(base, len) in iov {
-        let n = len.min(payload.len() - done);
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let n = (len - skip).min(payload.len() - done);
         if n == 0 {
             break;
         }
-        // SAFETY: each iovec is the application's writable buffer, posted
-        // with this receive and untouched by anyone else until it completes.
-        unsafe { std::ptr::copy_nonoverlapping(payload[done..].as_ptr(), base as *mut u8, n) };
+        // SAFETY: [base + skip, + n) lies in an iovec, the application's
+        // writable buffer, posted with this receive and untouched by
+        // anyone else until it completes.
+        unsafe { std::ptr::copy_nonoverlapping(payload[done..].as_ptr(), (base + skip) as *mut u8, n) };
         done += n;
+        skip = 0;
     }
     done
 }
@@ -1242,4 +1284,4 @@ unsafe extern "C" fn t_injectdata(ep: *mut fid_ep, buf: *const c_void, len: usiz
 }
 
 #[allow(dead_code)]
-const _HEADER_FITS: () = assert!(HEADER_BYTES + MAX_MSG <= 1 << 30);
+const _HEADER_FITS: () = assert!(HEADER_BYTES + MAX_EAGER <= 1 << 30);

@@ -14,6 +14,11 @@
 //! completes (FI_EIO if the read failed).  Unexpected, peeked, claimed and
 //! discarded messages keep their `Rndv` in the matcher until then.
 //!
+//! A message longer than the core takes (attr.rs `MAX_EAGER`) goes so to
+//! any peer: over TCP the receiver reads it in pieces of `READ_PIECE`,
+//! each one core `read` (whose limit is the core's message limit) into a
+//! buffer of that size.
+//!
 //! This file keeps what waits: the sends for their `Fin`, the reads over
 //! TCP for the core's `reads_done`.  ep.rs runs the protocol.
 
@@ -32,17 +37,27 @@ pub struct SendWait {
     pub kind: Kind,
     /// Report a success (FI_COMPLETION, or no selective completion).
     pub wanted: bool,
+    /// The exposed bytes, when they are ours (a long send of several
+    /// iovecs, gathered): freed with the wait, after the exposure ends.
+    pub gathered: Vec<u8>,
 }
 
-/// A receive whose bytes come over TCP into `buf`.
+/// The most one core `read` of a one-copy message over TCP asks for.
+pub const READ_PIECE: usize = 64 << 20;
+
+/// A receive whose bytes come over TCP, a piece at a time into `buf`.
 pub struct ReadWait {
     pub r: Recv,
     pub src: Source,
     pub h: Header,
     pub d: Rndv,
-    /// The destination the core writes (its heap block does not move with
-    /// the struct): kept until the read ends, whatever happens to the
-    /// endpoint.
+    /// Bytes the receive takes (the message's, or fewer if truncated).
+    pub n: usize,
+    /// Where in the message the piece in flight starts.
+    pub off: usize,
+    /// The piece in flight: the destination the core writes (its heap
+    /// block does not move with the struct), kept until that read ends,
+    /// whatever happens to the endpoint.
     pub buf: Vec<u8>,
 }
 
@@ -76,9 +91,10 @@ impl Rendezvous {
         keys.into_iter().filter_map(|k| s.remove(&k).map(|w| (k, w))).collect()
     }
 
-    /// Every waiting send's key (the endpoint closes).
-    pub fn all_sends(&self) -> Vec<u64> {
-        self.sends.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(k, _)| k).collect()
+    /// Every waiting send (the endpoint closes): the caller ends each
+    /// exposure before it drops the wait, which may own the bytes.
+    pub fn all_sends(&self) -> Vec<(u64, SendWait)> {
+        self.sends.lock().unwrap_or_else(|p| p.into_inner()).drain().collect()
     }
 
     pub fn cookie(&self) -> u64 {
@@ -173,14 +189,14 @@ mod tests {
     #[test]
     fn a_fin_from_another_task_does_not_complete_the_send() {
         let r = Rendezvous::default();
-        r.send_waits(7, SendWait { task: 3, ctx: 1, kind: Kind::Tagged, wanted: true });
+        r.send_waits(7, SendWait { task: 3, ctx: 1, kind: Kind::Tagged, wanted: true, gathered: Vec::new() });
         assert!(r.send_done(7, 4).is_none());
         assert!(r.send_done(8, 3).is_none());
         assert_eq!(r.send_done(7, 3).map(|w| w.ctx), Some(1));
         assert!(r.send_done(7, 3).is_none(), "once");
-        r.send_waits(9, SendWait { task: 5, ctx: 2, kind: Kind::Tagged, wanted: false });
-        r.send_waits(10, SendWait { task: 6, ctx: 3, kind: Kind::Tagged, wanted: false });
+        r.send_waits(9, SendWait { task: 5, ctx: 2, kind: Kind::Tagged, wanted: false, gathered: Vec::new() });
+        r.send_waits(10, SendWait { task: 6, ctx: 3, kind: Kind::Tagged, wanted: false, gathered: Vec::new() });
         assert_eq!(r.sends_to(5).into_iter().map(|(k, _)| k).collect::<Vec<_>>(), vec![9]);
-        assert_eq!(r.all_sends(), vec![10]);
+        assert_eq!(r.all_sends().into_iter().map(|(k, _)| k).collect::<Vec<_>>(), vec![10]);
     }
 }

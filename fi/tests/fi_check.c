@@ -58,7 +58,9 @@ static struct fid_cq *cq;
 static struct fid_ep *ep;
 static struct fid_cntr *rcntr;
 static fi_addr_t self_addr, peer_addr;
-static int api_2x, waitfd;
+static int api_2x, waitfd, long_msg;
+static double wait_s = 5; /* how long next() waits for a completion */
+static size_t info_max_msg; /* the provider's max_msg_size */
 static const char *step = "start"; /* for the error message */
 static struct fid_fabric *fabric;
 
@@ -84,10 +86,10 @@ static void sync_peer(void)
     }
 }
 
-/* One completion or error: 1 ok, -1 error (in *err), spinning up to 5 s. */
+/* One completion or error: 1 ok, -1 error (in *err), spinning up to wait_s. */
 static int next(struct fi_cq_tagged_entry *e, struct err_entry_2x *err)
 {
-    double end = now_s() + 5;
+    double end = now_s() + wait_s;
     while (now_s() < end) {
         ssize_t n = fi_cq_read(cq, e, 1);
         if (n == 1)
@@ -103,7 +105,7 @@ static int next(struct fi_cq_tagged_entry *e, struct err_entry_2x *err)
             exit(2);
         }
     }
-    fprintf(stderr, "task %d: no completion in 5 s (%s)\n", me, step);
+    fprintf(stderr, "task %d: no completion in %.0f s (%s)\n", me, wait_s, step);
     exit(2);
 }
 
@@ -166,6 +168,15 @@ static int big_ok(const unsigned char *b, size_t from, size_t n, uint64_t tag)
     return 1;
 }
 
+/* A message longer than the core's 1 GiB limit (the "long" argument):
+ * one-copy over any path, read over TCP in 64 MiB pieces. */
+#define LONG (((size_t)1 << 30) + 12345)
+static void fill_long(unsigned char *b)
+{
+    for (size_t i = 0; i < LONG; i++)
+        b[i] = pattern(30, i);
+}
+
 static void sender(void)
 {
     char big[100];
@@ -198,7 +209,19 @@ static void sender(void)
             send_tagged(b, BIG, tags[i], tags[i] == 23 ? 99 : 0, peer_addr);
         }
     }
-    sync_peer(); /* 6: done */
+    if (long_msg) {
+        unsigned char *b = malloc(LONG);
+        CHECK(b != NULL, "malloc of %zu", LONG);
+        fill_long(b);
+        sync_peer(); /* 6: one long message */
+        step = "long untagged send";
+        CHECK(fi_send(ep, b, LONG, NULL, peer_addr, NULL) == -FI_EMSGSIZE, "an untagged send over 1 GiB: FI_EMSGSIZE");
+        step = "long send";
+        wait_s = 120;
+        send_tagged(b, LONG, 30, 0, peer_addr);
+        free(b);
+    }
+    sync_peer(); /* 7: done */
 }
 
 /* Peek with `flags` (FI_PEEK and FI_CLAIM or FI_DISCARD) until a message
@@ -386,7 +409,23 @@ static void receiver(void)
         CHECK(e.len == BIG && e.tag == 22, "one-copy discard: len %zu", e.len);
 
     }
-    sync_peer(); /* 6 */
+    if (long_msg) {
+        /* One byte more room than it takes; the byte past it stays 0. */
+        unsigned char *b = calloc(LONG + 1, 1);
+        size_t bad = 0;
+        CHECK(b != NULL, "calloc of %zu", LONG + 1);
+        CHECK(info_max_msg >= LONG, "max_msg_size %zu, want at least %zu", info_max_msg, LONG);
+        sync_peer(); /* 6 */
+        step = "long receive";
+        wait_s = 120;
+        OK(fi_trecv(ep, b, LONG + 1, NULL, peer_addr, 30, 0, &rctx));
+        expect_ok(&e, &rctx, "long receive");
+        for (size_t i = 0; i < LONG; i++)
+            bad += b[i] != pattern(30, i);
+        CHECK(e.len == LONG && bad == 0 && b[LONG] == 0, "long receive: len %zu, %zu bytes wrong", e.len, bad);
+        free(b);
+    }
+    sync_peer(); /* 7 */
 }
 
 int main(int argc, char **argv)
@@ -407,7 +446,10 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "core") == 0)
         api = (int)fi_version();
     api_2x = FI_MAJOR(api) >= 2 || (FI_MAJOR(api) == 1 && FI_MINOR(api) >= 20);
-    waitfd = argc > 2 && strcmp(argv[2], "waitfd") == 0;
+    for (int i = 2; i < argc; i++) {
+        waitfd |= strcmp(argv[i], "waitfd") == 0;
+        long_msg |= strcmp(argv[i], "long") == 0;
+    }
     if (waitfd)
         cq_attr.wait_obj = FI_WAIT_FD;
 
@@ -429,6 +471,7 @@ int main(int argc, char **argv)
     hints->fabric_attr->prov_name = strdup("doorbell");
     hints->domain_attr->av_type = FI_AV_TABLE;
     OK(fi_getinfo(api, NULL, NULL, 0, hints, &info));
+    info_max_msg = info->ep_attr->max_msg_size;
     OK(fi_fabric(info->fabric_attr, &fabric, NULL));
     OK(fi_domain(fabric, info, &domain, NULL));
     OK(fi_av_open(domain, &av_attr, &av, NULL));
