@@ -127,7 +127,7 @@ impl Core {
         self.threads_checked_ns.store(now_ns.max(1), Ordering::Relaxed);
         let grew = self.threads_at_start != 0 && thread_count() > self.threads_at_start;
         if grew {
-            crate::debug!("the process started threads: sleeps kept short");
+            crate::debug!("the process started threads: sleeps kept short if the MPI runs them at once");
             self.threads_grew.store(true, Ordering::Relaxed);
         }
         grew

@@ -23,6 +23,7 @@ pub mod ep;
 pub mod fabric;
 pub mod launch;
 pub mod matching;
+pub mod mpi_threads;
 pub mod params;
 pub mod rndv;
 pub mod stubs;

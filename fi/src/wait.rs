@@ -220,7 +220,10 @@ pub fn maybe_sleep(cq: &Cq, entered: u64, peeking: bool) -> bool {
     }
     // Another thread of the MPI may wait for a lock this read's caller
     // holds: it cannot ring our bell, so only the bound ends its wait.
-    let threads = eps.iter().any(|e| e.shared_by_threads()) || core.threads_grew(now_ns());
+    // Threads the process started count only if the MPI lets them in at
+    // once (mpi_threads.rs).
+    let threads = eps.iter().any(|e| e.shared_by_threads())
+        || (core.threads_grew(now_ns()) && crate::mpi_threads::others_may_wait());
     let d = if threads { d.min(shortest) } else { d };
     cq.sleeping.fetch_add(1, Ordering::AcqRel);
     sleep_eps(&eps, d);

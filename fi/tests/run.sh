@@ -30,6 +30,10 @@
 #   TCP_PASS     1: repeat everything with FI_DOORBELL_FORCE_TCP=1   (1)
 #   WAIT         FI_DOORBELL_WAIT for the runs     (adaptive)
 #   IDLE_CPU_LIMIT  percent a blocked receiver may use (5)
+#   IDLE_WAKE_LIMIT wake-ups a second it may have (400: sleeps grow to
+#                   FI_DOORBELL_SLEEP_MAX_US, 4 ms, though the test starts
+#                   a watcher thread, as its MPI runs below
+#                   MPI_THREAD_MULTIPLE)
 #   PINGPONG_MAX    largest ping-pong message        (16777216)
 #   RUN_TIMEOUT  seconds per mpirun/mpiexec        (180)
 #   MPICH_VENV   the MPICH wheel's venv            (<repo>/target/venv-mpich,
@@ -48,6 +52,7 @@ IMPI_TESTS=${IMPI_TESTS:-pingpong anysource collectives probe}
 TCP_PASS=${TCP_PASS:-1}
 WAIT=${WAIT:-adaptive}
 IDLE_CPU_LIMIT=${IDLE_CPU_LIMIT:-5}
+IDLE_WAKE_LIMIT=${IDLE_WAKE_LIMIT:-400}
 PINGPONG_MAX=${PINGPONG_MAX:-16777216}
 RUN_TIMEOUT=${RUN_TIMEOUT:-180}
 MPICH_VENV=${MPICH_VENV:-$ROOT/target/venv-mpich}
@@ -308,7 +313,7 @@ for mpi in $MPIS; do
                 args=()
                 case $t in
                 pingpong) args=("$PINGPONG_MAX") ;;
-                idle_cpu) args=("$IDLE_CPU_LIMIT") ;;
+                idle_cpu) args=("$IDLE_CPU_LIMIT" "$IDLE_WAKE_LIMIT") ;;
                 esac
                 run_mpi "$mpi" "$np" "$mpi $t np=$np $via" "${extra[@]}" -- "$BIN/${t}_$mpi" "${args[@]}"
                 if [[ $t == idle_point ]]; then
