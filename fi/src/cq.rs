@@ -11,7 +11,12 @@ use crate::util::{fi_version_of, guard, neg, negs, ours, Table, EAGAIN, EINVAL, 
 use crate::wait::Idle;
 use std::collections::VecDeque;
 use std::os::raw::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Endpoints a queue holds for its reads without a lock (more are rare:
+/// one per VCI or NIC the MPI opens on the queue).
+const FAST_EPS: usize = 4;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 /// One completion, success or error.
@@ -44,9 +49,22 @@ pub struct Cq {
     pub domain: Arc<DomainInner>,
     format: fi_cq_format,
     queue: Mutex<VecDeque<Completion>>,
+    /// queue.len(), stored under its lock: an empty read's look.
+    queued: AtomicUsize,
     /// Endpoints bound to this queue: what a read progresses.
     eps: RwLock<Vec<Weak<Ep>>>,
+    /// The first FAST_EPS of them, held (plain loads per read, where the
+    /// lock and an upgrade took four locked instructions): a closed one
+    /// stays here, skipped, until the queue goes.  `overflow` once more
+    /// were bound: reads then take `eps`.
+    fast: [OnceLock<Arc<Ep>>; FAST_EPS],
+    overflow: AtomicBool,
     pub idle: Mutex<Idle>,
+    /// Empty reads that may still pass without the clock or `idle`
+    /// (wait.rs IDLE_SAMPLE).
+    pub idle_skip: AtomicU32,
+    /// A measured read changed `idle` since the last find.
+    pub idle_dirty: AtomicBool,
     /// fi_cq_signal: end one sread early.
     signaled: AtomicBool,
     /// Reads sleeping now: a completion pushed from outside a progress
@@ -104,9 +122,14 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, attr: *mut fi_cq_attr, cq: *mu
                 format,
                 queue: Mutex::new(VecDeque::new()),
                 eps: RwLock::new(Vec::new()),
+                fast: Default::default(),
+                overflow: AtomicBool::new(false),
                 idle: Mutex::new(Idle::new(&dom.inner.core.settings)),
                 signaled: AtomicBool::new(false),
                 sleeping: AtomicU32::new(0),
+                idle_skip: AtomicU32::new(0),
+                queued: AtomicUsize::new(0),
+                idle_dirty: AtomicBool::new(false),
                 wait_fd,
             }),
         });
@@ -162,11 +185,16 @@ unsafe extern "C" fn control(f: *mut fid, command: c_int, arg: *mut c_void) -> c
 }
 
 impl Cq {
-    pub fn bind(self: &Arc<Self>, ep: Weak<Ep>) {
+    pub fn bind(self: &Arc<Self>, ep: &Arc<Ep>) {
+        let weak = Arc::downgrade(ep);
         let mut eps = self.eps.write().unwrap_or_else(|p| p.into_inner());
-        eps.retain(|e| e.strong_count() > 0);
-        if !eps.iter().any(|e| e.ptr_eq(&ep)) {
-            eps.push(ep);
+        eps.retain(|e| e.upgrade().is_some_and(|e| !e.is_closed()));
+        if !eps.iter().any(|e| e.ptr_eq(&weak)) {
+            eps.push(weak);
+            // Under the write lock: one binder at a time fills the slots.
+            if !self.fast.iter().any(|s| s.get().is_none() && s.set(ep.clone()).is_ok()) {
+                self.overflow.store(true, Ordering::Release);
+            }
         }
         drop(eps);
         if let Some(w) = &self.wait_fd {
@@ -175,7 +203,10 @@ impl Cq {
     }
 
     pub fn push(&self, c: Completion) {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(c);
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.push_back(c);
+        self.queued.store(q.len(), Ordering::Release);
+        drop(q);
         if let Some(w) = &self.wait_fd {
             w.signal();
         }
@@ -185,14 +216,26 @@ impl Cq {
         self.queue.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
     }
 
+    /// The open endpoints bound to this queue.
     pub fn eps(&self) -> Vec<Arc<Ep>> {
-        self.eps.read().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade).collect()
+        let eps = self.eps.read().unwrap_or_else(|p| p.into_inner());
+        eps.iter().filter_map(Weak::upgrade).filter(|e| !e.is_closed()).collect()
     }
 
-    /// Progress every bound endpoint once (no allocation: every read does it).
+    /// Progress every open bound endpoint once (no allocation, and
+    /// without `overflow` no locked instruction: every read does it).
     pub fn progress(&self) {
-        for ep in self.eps.read().unwrap_or_else(|p| p.into_inner()).iter() {
-            if let Some(ep) = ep.upgrade() {
+        if self.overflow.load(Ordering::Acquire) {
+            for ep in self.eps.read().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade) {
+                if !ep.is_closed() {
+                    ep.progress();
+                }
+            }
+            return;
+        }
+        for slot in &self.fast {
+            let Some(ep) = slot.get() else { break };
+            if !ep.is_closed() {
                 ep.progress();
             }
         }
@@ -205,6 +248,12 @@ impl Cq {
     /// `buf` holds `count` entries of this queue's format; `src` is NULL or
     /// holds `count` fi_addr_t.
     unsafe fn drain(&self, buf: *mut c_void, count: usize, src: *mut fi_addr_t) -> isize {
+        // Most reads find nothing: one load, not the lock's two locked
+        // instructions.  (With FI_WAIT_FD the lock's pass also resets the
+        // descriptor.)
+        if self.wait_fd.is_none() && self.queued.load(Ordering::Acquire) == 0 {
+            return EAGAIN;
+        }
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         let mut n = 0;
         while n < count {
@@ -224,6 +273,7 @@ impl Cq {
             }
             n += 1;
         }
+        self.queued.store(q.len(), Ordering::Release);
         let emptied = q.is_empty();
         drop(q);
         if emptied {
@@ -285,14 +335,21 @@ impl Cq {
         if buf.is_null() && count > 0 {
             return negs(FI_EINVAL);
         }
-        let entered = crate::wait::now_ns();
+        let entered = crate::wait::read_clock(self);
         self.progress();
         // SAFETY: the caller's contract.
         let n = unsafe { self.drain(buf, count, src) };
         if n != EAGAIN {
             // A peek's miss is no find: a probe loop is still idle.
             if n > 0 || !self.head_is(FI_ENOMSG) {
-                self.idle.lock().unwrap_or_else(|p| p.into_inner()).found();
+                // The lock only if a measured read changed the state since
+                // the last find; reads still granted unmeasured stay so (the
+                // next window starts at the next measured one).
+                // (a load and a store: no locked instruction per find).
+                if self.idle_dirty.load(Ordering::Relaxed) {
+                    self.idle_dirty.store(false, Ordering::Relaxed);
+                    self.idle.lock().unwrap_or_else(|p| p.into_inner()).found();
+                }
             }
             return n;
         }
@@ -385,10 +442,12 @@ unsafe extern "C" fn readerr(cq: *mut fid_cq, buf: *mut fi_cq_err_entry, _flags:
         let c = &c.inner;
         let e = {
             let mut q = c.queue.lock().unwrap_or_else(|p| p.into_inner());
-            match q.front() {
+            let e = match q.front() {
                 Some(e) if e.err.is_some() => q.pop_front().expect("front exists"),
                 _ => return EAGAIN,
-            }
+            };
+            c.queued.store(q.len(), Ordering::Release);
+            e
         };
         let (err, olen) = e.err.expect("checked above");
         let api = c.domain.api_version;

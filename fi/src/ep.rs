@@ -78,6 +78,8 @@ pub struct Ep {
     tx_flags: AtomicU64,
     rx_flags: AtomicU64,
     enabled: AtomicBool,
+    /// fi_close ran: a queue that still holds the endpoint skips it.
+    closed: AtomicBool,
     /// The first thread that posted here, and whether another one has
     /// since: then a sleeping read may hold a lock of the MPI's that the
     /// other thread waits for, unseen by us (wait.rs keeps sleeps short).
@@ -179,6 +181,7 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, info: *mut fi_info, ep: *mut *
             tx_flags: AtomicU64::new(tx.map_or(0, |t| t.op_flags)),
             rx_flags: AtomicU64::new(rx.map_or(0, |r| r.op_flags)),
             enabled: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             first_thread: AtomicUsize::new(0),
             threads: AtomicBool::new(false),
             delivering: Mutex::new(Vec::new()),
@@ -230,12 +233,19 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
             ep.read_cma.load(Ordering::Relaxed),
             ep.read_tcp.load(Ordering::Relaxed)
         );
+        // Before the window goes (another endpoint may get it): a queue's
+        // read that still holds us skips us from now on.
+        ep.closed.store(true, Ordering::Release);
         // Each wait (which may own the bytes) dropped after its exposure ends.
         for (key, _wait) in ep.rndv.all_sends() {
             let _ = ep.domain.core.ep.unexpose(key);
         }
         ep.rndv.leak_reads();
         ep.domain.core.release_window(ep.window);
+        // A queue holds us until it goes (cq.rs `fast`), and we held it:
+        // let it go, so that its close frees both.
+        *ep.tx.write().unwrap_or_else(|p| p.into_inner()) = None;
+        *ep.rx.write().unwrap_or_else(|p| p.into_inner()) = None;
         // SAFETY: our boxed EpFid (checked), closed once.
         drop(unsafe { Box::from_raw(f as *mut EpFid) });
         0
@@ -263,7 +273,7 @@ unsafe extern "C" fn bind(f: *mut fid, b: *mut fid, flags: u64) -> c_int {
             if flags & FI_RECV != 0 {
                 *ep.rx.write().unwrap_or_else(|p| p.into_inner()) = Some(binding);
             }
-            c.inner.bind(weak);
+            c.inner.bind(&me.inner);
             return 0;
         }
         // SAFETY: as above.
@@ -439,6 +449,10 @@ impl Ep {
     /// Has more than one thread posted on this endpoint?
     pub fn shared_by_threads(&self) -> bool {
         self.threads.load(Ordering::Relaxed)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// One progress pass over our window: deliver what the core has.
@@ -924,13 +938,12 @@ impl Ep {
                 m.peek(kind, want, (flags & FI_CLAIM != 0).then_some(r.ctx))
             }
         };
-        let entered = crate::wait::now_ns();
         let mut found = look();
         if found.is_none() {
             // A blocking probe is a loop of peeks: a miss is an empty
             // read, and may sleep as one does.
             let rx = self.rx.read().unwrap_or_else(|p| p.into_inner()).clone();
-            if rx.is_some_and(|b| crate::wait::maybe_sleep(&b.cq, entered, true)) {
+            if rx.is_some_and(|b| crate::wait::maybe_sleep(&b.cq, crate::wait::read_clock(&b.cq), true)) {
                 found = look();
             }
         }
