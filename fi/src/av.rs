@@ -4,6 +4,7 @@
 //! reverse map turns a message's source back into the fi_addr_t it was
 //! inserted as.
 
+use crate::av_index::AvIndex;
 use crate::core::{split_address, ADDR_BYTES};
 use crate::domain::{self, DomainInner};
 use crate::matching::Source;
@@ -22,6 +23,8 @@ pub struct AvFid {
 pub struct Av {
     domain: Arc<DomainInner>,
     table: RwLock<Table2>,
+    /// The lookups of every message, without the lock (av_index.rs).
+    index: AvIndex,
 }
 
 #[derive(Default)]
@@ -87,7 +90,7 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, attr: *mut fi_av_attr, av: *mu
         }
         let f = Box::new(AvFid {
             fid: fid_av { fid: fid { fclass: FI_CLASS_AV as usize, context, ops: FID_OPS.ptr() }, ops: OPS.ptr() },
-            inner: Arc::new(Av { domain: dom.inner.clone(), table: RwLock::new(Table2::default()) }),
+            inner: Arc::new(Av { domain: dom.inner.clone(), table: RwLock::new(Table2::default()), index: AvIndex::default() }),
         });
         // SAFETY: av is a valid out pointer (checked above).
         unsafe { *av = Box::into_raw(f) as *mut fid_av };
@@ -119,12 +122,18 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
 impl Av {
     /// Where a send to `addr` goes.
     pub fn source_of(&self, addr: fi_addr_t) -> Option<Source> {
+        if let Some(known) = self.index.source_of(addr) {
+            return known;
+        }
         let t = self.table.read().unwrap_or_else(|p| p.into_inner());
         t.entries.get(usize::try_from(addr).ok()?)?.as_ref().map(|e| e.0)
     }
 
     /// The fi_addr_t a message from `src` reports (FI_ADDR_NOTAVAIL if unknown).
     pub fn addr_of(&self, src: Source) -> fi_addr_t {
+        if let Some(a) = self.index.addr_of(src) {
+            return a;
+        }
         let t = self.table.read().unwrap_or_else(|p| p.into_inner());
         t.reverse_get(src).unwrap_or(FI_ADDR_NONE)
     }
@@ -151,6 +160,7 @@ impl Av {
         let index = t.entries.len() as u64;
         t.entries.push(Some((src, a)));
         t.reverse_insert(src, index);
+        self.index.inserted(src, index, t.reverse_get(src) == Some(index));
         Some(index)
     }
 }
@@ -202,6 +212,7 @@ unsafe extern "C" fn remove(av: *mut fid_av, fi_addr: *mut fi_addr_t, count: usi
             let Some(slot) = usize::try_from(*a).ok().and_then(|i| t.entries.get_mut(i)) else { return EINVAL };
             if let Some((src, _)) = slot.take() {
                 t.reverse_remove(src, *a);
+                f.inner.index.removed(src, *a, t.reverse_get(src));
             }
         }
         0

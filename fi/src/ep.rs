@@ -17,7 +17,7 @@ use crate::wire::{Body, Fin, Header, Rndv, CORE_TAG, HEADER_BYTES};
 use doorbell::{ReadDone, ReadDst, SharedBytes, Work};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 #[repr(C)]
@@ -70,7 +70,8 @@ pub struct Ep {
     pub domain: Arc<DomainInner>,
     pub window: u32,
     caps: u64,
-    av: RwLock<Option<Arc<Av>>>,
+    /// Bound once: read by every send and receive without a lock.
+    av: OnceLock<Arc<Av>>,
     tx: RwLock<Option<Binding>>,
     rx: RwLock<Option<Binding>>,
     cntrs: RwLock<Cntrs>,
@@ -173,7 +174,7 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, info: *mut fi_info, ep: *mut *
             domain: dom.inner.clone(),
             window,
             caps,
-            av: RwLock::new(None),
+            av: OnceLock::new(),
             tx: RwLock::new(None),
             rx: RwLock::new(None),
             cntrs: RwLock::new(Cntrs::default()),
@@ -261,8 +262,9 @@ unsafe extern "C" fn bind(f: *mut fid, b: *mut fid, flags: u64) -> c_int {
         let weak = Arc::downgrade(&me.inner);
         // SAFETY: b is a live fid (or NULL); each check tests its ops table.
         if let Some(a) = unsafe { av::from_fid(b) } {
-            *ep.av.write().unwrap_or_else(|p| p.into_inner()) = Some(a.inner.clone());
-            return 0;
+            // One AV per endpoint (binding it again is no change).
+            let bound = ep.av.get_or_init(|| a.inner.clone());
+            return if Arc::ptr_eq(bound, &a.inner) { 0 } else { EINVAL };
         }
         // SAFETY: as above.
         if let Some(c) = unsafe { cq::from_fid(b) } {
@@ -730,7 +732,7 @@ impl Ep {
     }
 
     fn addr_of(&self, src: Source) -> fi_addr_t {
-        match &*self.av.read().unwrap_or_else(|p| p.into_inner()) {
+        match self.av.get() {
             Some(av) => av.addr_of(src),
             None => crate::util::FI_ADDR_NONE,
         }
@@ -777,7 +779,7 @@ impl Ep {
     }
 
     fn source_of(&self, addr: fi_addr_t) -> Option<Source> {
-        self.av.read().unwrap_or_else(|p| p.into_inner()).as_ref()?.source_of(addr)
+        self.av.get()?.source_of(addr)
     }
 
     /// Send one message.  `flags` decide the completion (FI_COMPLETION

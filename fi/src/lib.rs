@@ -15,6 +15,7 @@
 
 pub mod attr;
 pub mod av;
+pub mod av_index;
 pub mod cntr;
 pub mod core;
 pub mod cq;
