@@ -11,7 +11,7 @@ use crate::domain::{self, DomainInner};
 use crate::matching::{Into, Kind, Matcher, Multi, Posted, Source, Unexpected, Want};
 use crate::stubs::{cm_ops, fid_ops_full, ATOMIC, COLLECTIVE, RMA};
 use crate::sys::*;
-use crate::util::{fi_err, guard, iov_slices, neg, negs, ours, Table, EINVAL, ENOSYS, EOTHER, FI_ADDR_ANY};
+use crate::util::{fi_err, guard, iov_slices, neg, negs, ours, thread_id, Table, EINVAL, ENOSYS, EOTHER, FI_ADDR_ANY};
 use crate::rndv::{ReadWait, Rendezvous, SendWait, READ_PIECE};
 use crate::wire::{Body, Fin, Header, Rndv, CORE_TAG, HEADER_BYTES};
 use doorbell::{ReadDone, ReadDst, SharedBytes, Work};
@@ -75,6 +75,10 @@ pub struct Ep {
     tx: RwLock<Option<Binding>>,
     rx: RwLock<Option<Binding>>,
     cntrs: RwLock<Cntrs>,
+    /// A counter was bound: until then a completion looks at this alone
+    /// (the MPIs bind none; the read lock was two locked instructions a
+    /// completion).
+    cntrs_bound: AtomicBool,
     matcher: Mutex<Matcher<Recv>>,
     tx_flags: AtomicU64,
     rx_flags: AtomicU64,
@@ -103,12 +107,6 @@ pub struct Ep {
     /// One-copy messages read with process_vm_readv, and over TCP.
     read_cma: AtomicU64,
     read_tcp: AtomicU64,
-}
-
-/// A cheap identity of the calling thread: the address of a thread-local.
-fn thread_id() -> usize {
-    thread_local!(static ME: u8 = const { 0 });
-    ME.with(|m| m as *const u8 as usize)
 }
 
 static FID_OPS: Table<fi_ops> = Table(fid_ops_full(close, bind, control));
@@ -178,6 +176,7 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, info: *mut fi_info, ep: *mut *
             tx: RwLock::new(None),
             rx: RwLock::new(None),
             cntrs: RwLock::new(Cntrs::default()),
+            cntrs_bound: AtomicBool::new(false),
             matcher: Mutex::new(Matcher::default()),
             tx_flags: AtomicU64::new(tx.map_or(0, |t| t.op_flags)),
             rx_flags: AtomicU64::new(rx.map_or(0, |r| r.op_flags)),
@@ -281,6 +280,7 @@ unsafe extern "C" fn bind(f: *mut fid, b: *mut fid, flags: u64) -> c_int {
         // SAFETY: as above.
         if let Some(c) = unsafe { cntr::from_fid(b) } {
             let mut cs = ep.cntrs.write().unwrap_or_else(|p| p.into_inner());
+            ep.cntrs_bound.store(true, Ordering::Release);
             if flags & FI_SEND != 0 {
                 cs.send = Some(c.inner.clone());
             }
@@ -748,9 +748,17 @@ impl Ep {
         }
     }
 
+    /// The send or receive counter, if one is bound.
+    fn cntr(&self, send: bool) -> Option<Arc<Cntr>> {
+        if !self.cntrs_bound.load(Ordering::Acquire) {
+            return None;
+        }
+        let cs = self.cntrs.read().unwrap_or_else(|p| p.into_inner());
+        if send { cs.send.clone() } else { cs.recv.clone() }
+    }
+
     fn push_rx(&self, c: Completion, wanted: bool) {
-        let cntr = self.cntrs.read().unwrap_or_else(|p| p.into_inner()).recv.clone();
-        if let Some(k) = cntr {
+        if let Some(k) = self.cntr(false) {
             k.bump(c.err.is_some());
         }
         // Pushed under the binding's read lock, not a clone of it: two
@@ -764,8 +772,7 @@ impl Ep {
     }
 
     fn push_tx(&self, c: Completion, wanted: bool) {
-        let cntr = self.cntrs.read().unwrap_or_else(|p| p.into_inner()).send.clone();
-        if let Some(k) = cntr {
+        if let Some(k) = self.cntr(true) {
             k.bump(c.err.is_some());
         }
         // Pushed under the binding's read lock, not a clone of it: two
@@ -838,7 +845,7 @@ impl Ep {
         }
         if !inject {
             self.push_tx(Completion::ok(ctx, FI_SEND | kind_flag(kind)), flags & FI_COMPLETION != 0);
-        } else if let Some(k) = self.cntrs.read().unwrap_or_else(|p| p.into_inner()).send.clone() {
+        } else if let Some(k) = self.cntr(true) {
             k.bump(false);
         }
         0

@@ -21,6 +21,7 @@
 use crate::cq::Cq;
 use crate::ep::Ep;
 use crate::params::{Settings, WaitPolicy};
+use crate::util::thread_id;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,12 +57,6 @@ fn thread_cpu_ns() -> u64 {
     // SAFETY: t is a valid timespec to write; the clock id is a constant.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
-/// A cheap identity of the calling thread.
-fn thread_id() -> usize {
-    thread_local!(static ME: u8 = const { 0 });
-    ME.with(|m| m as *const u8 as usize)
 }
 
 fn this_thread() -> (usize, u64) {
