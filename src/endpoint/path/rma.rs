@@ -241,6 +241,10 @@ impl Inner {
                 frames.push((tag, data));
             }
         });
+        // The replies to what one read brought leave in one sendmsg: an
+        // accumulate's put of one piece and its get of the next come
+        // together, and the put's answer rides with the get's data.
+        let batch = crate::net::batch::begin();
         for (tag, data) in frames {
             let ok = if tag == rma::TAG_REPLY { self.rma_reply(conn, &data) } else { self.rma_serve(conn, tag, &data) };
             if !ok {
@@ -248,6 +252,7 @@ impl Inner {
             }
             self.buf_pool.give(data);
         }
+        drop(batch);
         // A frame over the whole-body size (Throttled) is none we send.
         if end != RxEnd::Drained {
             self.rma_drop(conn);
