@@ -5,7 +5,8 @@
 //! `Inner::wake_own`): the woken thread reads the socket itself.  It never
 //! runs user callbacks.  The RMA channels (path/rma.rs) it watches always
 //! and serves itself: one-sided operations complete whatever the
-//! application threads do.
+//! application threads do.  Having served a request, it polls for the next
+//! one a little while (RMA_LINGER_NS) before it blocks again.
 
 use crate::endpoint::path::rma::RmaSide;
 use crate::endpoint::path::tcp::TcpSide;
@@ -44,6 +45,13 @@ const TOKEN_RMA: u64 = 4;
 const TOKEN_RMA_OUT: u64 = 5;
 /// How often the FLIH checks the peers it could not watch with a pidfd.
 const PID_POLL_NS: u64 = 100_000_000;
+/// After serving an RMA request the FLIH keeps polling (epoll_wait with no
+/// timeout) this long before it blocks again: an initiator's next request
+/// (osc rdma's accumulate: a blocking get per 4 KiB piece) usually follows
+/// within tens of us, and a blocked FLIH takes a wake-up per request
+/// (30-40 us on this VM, most of a 4 KiB get's round trip).  Bounded, so
+/// a target whose initiators stopped goes back to using no CPU.
+const RMA_LINGER_NS: u64 = 50_000;
 /// The connection set sits in the FLIH's set one-shot: it wakes the FLIH
 /// once, then only after a sleeper or a new connection re-arms it
 /// (`Flih::rearm_conns`).
@@ -149,12 +157,35 @@ pub(crate) fn run(inner: &Inner) {
     inner.flih_failed();
 }
 
+/// Each empty poll of the linger yields the CPU; true if the yield ran
+/// another thread (it counts as an involuntary context switch only then).
+/// That CPU is contended (oversubscribed ranks, other jobs) and the linger
+/// ends: a yielded FLIH is merely runnable and waits its turn, where a
+/// blocked one is woken ahead of the running threads.  Lingering on busy
+/// CPUs regardless made 3 ranks on 2 cores (MPICH's large_acc_flush_local)
+/// slower, not faster.
+fn yield_ran_another() -> bool {
+    let switches = || {
+        // SAFETY: getrusage writes the struct we pass; all-zero is a valid rusage.
+        unsafe {
+            let mut ru: libc::rusage = std::mem::zeroed();
+            libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+            ru.ru_nivcsw
+        }
+    };
+    let before = switches();
+    std::thread::yield_now();
+    switches() != before
+}
+
 /// Dispatch events until shutdown.
 fn event_loop(inner: &Inner) -> std::io::Result<()> {
     let mut events = vec![EpollEvent::empty(); 64];
     let mut pending = PendingSet::default();
     let mut paused_until: Option<u64> = None;
     let mut pids_checked = 0u64;
+    // When the FLIH last served an RMA request (see RMA_LINGER_NS).
+    let mut rma_served_at: Option<u64> = None;
     loop {
         // Peers without a pidfd are checked every PID_POLL_NS; handshakes
         // have deadlines; a paused listener resumes.  Otherwise the FLIH
@@ -162,10 +193,13 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
         let polling = inner.peers.polling();
         let pid_poll_at = polling.then(|| pids_checked + PID_POLL_NS);
         let wake_at = [pending.next_deadline(), paused_until, pid_poll_at].into_iter().flatten().min();
-        let timeout = wake_at.map_or(-1, |t| {
-            let ns = t.saturating_sub(sys::now_ns());
-            ns.div_ceil(1_000_000).min(i32::MAX as u64) as i32
-        });
+        let timeout = match rma_served_at {
+            Some(_) => 0,
+            None => wake_at.map_or(-1, |t| {
+                let ns = t.saturating_sub(sys::now_ns());
+                ns.div_ceil(1_000_000).min(i32::MAX as u64) as i32
+            }),
+        };
         let n = sys::epoll_wait(&inner.flih.epoll, &mut events, timeout)?;
         if polling && sys::now_ns() - pids_checked >= PID_POLL_NS {
             pids_checked = sys::now_ns();
@@ -183,7 +217,11 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
                 }
                 TOKEN_CONNS => inner.wake_sleepers_for_conns(),
                 TOKEN_PID_POLL => inner.poll_pids(),
-                TOKEN_RMA => inner.poll_rma_served(),
+                TOKEN_RMA => {
+                    if inner.poll_rma_served() {
+                        rma_served_at = Some(sys::now_ns());
+                    }
+                }
                 TOKEN_RMA_OUT => inner.poll_rma_out(),
                 #[cfg(test)]
                 TOKEN_TEST_PANIC => panic!("test hook"),
@@ -193,6 +231,13 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
             }
         }
         let now = sys::now_ns();
+        if let Some(at) = rma_served_at {
+            if now.saturating_sub(at) >= RMA_LINGER_NS {
+                rma_served_at = None;
+            } else if n == 0 && yield_ran_another() {
+                rma_served_at = None;
+            }
+        }
         for p in pending.expired(now) {
             settle(inner, p);
         }

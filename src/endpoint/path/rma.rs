@@ -185,10 +185,11 @@ impl Inner {
         }
     }
 
-    /// FLIH: serve the requests the channels we accepted hold.
-    pub(crate) fn poll_rma_served(&self) {
+    /// FLIH: serve the requests the channels we accepted hold; true if
+    /// any channel had something.
+    pub(crate) fn poll_rma_served(&self) -> bool {
         let _one = lock(&self.rma.serving);
-        self.poll_rma(&self.rma.serve);
+        self.poll_rma(&self.rma.serve) > 0
     }
 
     /// A progress pass: serve requests now, unless another thread does.
@@ -198,21 +199,24 @@ impl Inner {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return,
         };
-        self.poll_rma(&self.rma.serve);
+        let _ = self.poll_rma(&self.rma.serve);
         drop(one);
     }
 
     /// Complete the ops whose replies arrived (a progress pass while ops
     /// are in flight; the FLIH while a thread sleeps).
     pub(crate) fn poll_rma_out(&self) {
-        self.poll_rma(&self.rma.out);
+        let _ = self.poll_rma(&self.rma.out);
     }
 
-    /// Handle what `set` reports now, without blocking.
-    fn poll_rma(&self, set: &Epoll) {
+    /// Handle what `set` reports now, without blocking; how many channels
+    /// had something.
+    fn poll_rma(&self, set: &Epoll) -> usize {
         let mut events = [EpollEvent::empty(); 32];
+        let mut ready = 0;
         loop {
             let n = sys::epoll_wait(set, &mut events, 0).unwrap_or(0);
+            ready += n;
             for ev in &events[..n] {
                 let (token, bits) = (ev.data(), ev.events());
                 let Some(conn) = lock(&self.rma.conns).get(&token).cloned() else { continue };
@@ -225,7 +229,7 @@ impl Inner {
                 }
             }
             if n < events.len() {
-                return;
+                return ready;
             }
         }
     }
@@ -237,6 +241,10 @@ impl Inner {
                 frames.push((tag, data));
             }
         });
+        // The replies to what one read brought leave in one sendmsg: an
+        // accumulate's put of one piece and its get of the next come
+        // together, and the put's answer rides with the get's data.
+        let batch = crate::net::batch::begin();
         for (tag, data) in frames {
             let ok = if tag == rma::TAG_REPLY { self.rma_reply(conn, &data) } else { self.rma_serve(conn, tag, &data) };
             if !ok {
@@ -244,6 +252,7 @@ impl Inner {
             }
             self.buf_pool.give(data);
         }
+        drop(batch);
         // A frame over the whole-body size (Throttled) is none we send.
         if end != RxEnd::Drained {
             self.rma_drop(conn);
