@@ -12,12 +12,11 @@ use crate::wait::Idle;
 use std::collections::VecDeque;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 /// Endpoints a queue holds for its reads without a lock (more are rare:
 /// one per VCI or NIC the MPI opens on the queue).
 const FAST_EPS: usize = 4;
-use std::sync::{Arc, Mutex, RwLock, Weak};
 
 /// One completion, success or error.
 #[derive(Debug, Clone, Copy)]
@@ -343,9 +342,9 @@ impl Cq {
             // A peek's miss is no find: a probe loop is still idle.
             if n > 0 || !self.head_is(FI_ENOMSG) {
                 // The lock only if a measured read changed the state since
-                // the last find; reads still granted unmeasured stay so (the
-                // next window starts at the next measured one).
-                // (a load and a store: no locked instruction per find).
+                // the last find (a load and a store, no locked instruction
+                // per find); reads still granted unmeasured stay so: the
+                // next window starts at the next measured one.
                 if self.idle_dirty.load(Ordering::Relaxed) {
                     self.idle_dirty.store(false, Ordering::Relaxed);
                     self.idle.lock().unwrap_or_else(|p| p.into_inner()).found();

@@ -947,14 +947,14 @@ impl Ep {
                 m.peek(kind, want, (flags & FI_CLAIM != 0).then_some(r.ctx))
             }
         };
+        // A blocking probe is a loop of peeks: a miss is an empty read,
+        // and may sleep as one does, measured (if this read is) from before
+        // its look.
+        let rx = self.rx.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let entered = rx.as_ref().and_then(|b| crate::wait::read_clock(&b.cq));
         let mut found = look();
-        if found.is_none() {
-            // A blocking probe is a loop of peeks: a miss is an empty
-            // read, and may sleep as one does.
-            let rx = self.rx.read().unwrap_or_else(|p| p.into_inner()).clone();
-            if rx.is_some_and(|b| crate::wait::maybe_sleep(&b.cq, crate::wait::read_clock(&b.cq), true)) {
-                found = look();
-            }
+        if found.is_none() && rx.is_some_and(|b| crate::wait::maybe_sleep(&b.cq, entered, true)) {
+            found = look();
         }
         let mut c = Completion::ok(r.ctx, FI_RECV | kind_flag(kind));
         match found {
