@@ -60,6 +60,9 @@ pub use shm::shared_bytes::SharedBytes;
 pub use sys::counters::doorbell_counters;
 #[cfg(not(loom))]
 pub use sys::error::{Corrupt, Error, Result};
+/// Windows per endpoint: window numbers are below this.
+#[cfg(not(loom))]
+pub use sys::limits::MAX_WINDOWS;
 /// Public, hidden, only so that its doc tests (the guard's `compile_fail`
 /// test) can reach it; not part of the API.
 #[cfg(not(loom))]

@@ -23,7 +23,7 @@ pub const TAGGED_DIRECTED_RECV_2X: u64 = 1 << 45;
 /// The longest message that goes through the core itself: its 1 GiB
 /// message limit less our header.  Anything longer is sent one-copy
 /// (rndv.rs), tagged messages only.
-pub const MAX_EAGER: usize = (1 << 30) - crate::wire::HEADER_BYTES;
+pub const MAX_EAGER: usize = (1 << 30) - crate::wire::HEADER_MAX;
 /// The longest tagged message (`max_msg_size`): a slice's limit.  An MPI
 /// that sees less splits or refuses (MPICH's huge-message protocol wants
 /// `fi_read`, which we do not offer).

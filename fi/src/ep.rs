@@ -13,7 +13,7 @@ use crate::stubs::{cm_ops, fid_ops_full, ATOMIC, COLLECTIVE, RMA};
 use crate::sys::*;
 use crate::util::{fi_err, guard, iov_slices, neg, negs, ours, thread_id, Table, EINVAL, ENOSYS, EOTHER, FI_ADDR_ANY};
 use crate::rndv::{ReadWait, Rendezvous, SendWait, READ_PIECE};
-use crate::wire::{Body, Fin, Header, Rndv, CORE_TAG, HEADER_BYTES};
+use crate::wire::{Body, Fin, Header, Rndv, CORE_TAG, HEADER_MAX};
 use doorbell::{ReadDone, ReadDst, SharedBytes, Work};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -663,7 +663,7 @@ impl Ep {
     /// The sender of a one-copy message may let its buffer go.
     fn send_fin(&self, to: Source, key: u64, ok: bool) {
         let h = Header { kind: Kind::Tagged, src_window: self.window, tag: 0, data: None, body: Body::Fin };
-        if let Err(e) = self.domain.core.ep.send_small(to.task, to.window, CORE_TAG, &h.encode(), &Fin { key, ok }.encode()) {
+        if let Err(e) = self.domain.core.ep.send_small(to.task, to.window, CORE_TAG, h.encode().bytes(), &Fin { key, ok }.encode()) {
             crate::debug!("FIN to task {}: {e}", to.task);
         }
     }
@@ -827,10 +827,10 @@ impl Ep {
         } else {
             let head = h.encode();
             let r = match parts {
-                [one] => core.ep.send_small(to.task, to.window, CORE_TAG, &head, one),
+                [one] => core.ep.send_small(to.task, to.window, CORE_TAG, head.bytes(), one),
                 _ => {
                     let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
-                    all.push(&head);
+                    all.push(head.bytes());
                     all.extend_from_slice(parts);
                     core.ep.send(to.task, to.window, CORE_TAG, &all)
                 }
@@ -867,7 +867,7 @@ impl Ep {
         let wanted = flags & FI_COMPLETION != 0;
         self.rndv.send_waits(key, SendWait { task: to.task, ctx, kind: h.kind, wanted, gathered });
         let head = Header { body: Body::Rendezvous, ..h }.encode();
-        if let Err(e) = core.ep.send_small(to.task, to.window, CORE_TAG, &head, &d.encode()) {
+        if let Err(e) = core.ep.send_small(to.task, to.window, CORE_TAG, head.bytes(), &d.encode()) {
             let _wait = self.rndv.send_done(key, to.task);
             let _ = core.ep.unexpose(key);
             if e != doorbell::Error::WouldBlock {
@@ -1311,4 +1311,4 @@ unsafe extern "C" fn t_injectdata(ep: *mut fid_ep, buf: *const c_void, len: usiz
 }
 
 #[allow(dead_code)]
-const _HEADER_FITS: () = assert!(HEADER_BYTES + MAX_EAGER <= 1 << 30);
+const _HEADER_FITS: () = assert!(HEADER_MAX + MAX_EAGER <= 1 << 30);

@@ -1,23 +1,41 @@
 //! The provider's header, carried at the front of each core message, and
 //! the bodies of its two control messages.
 //!
-//! 24 bytes, little-endian:
-//! `version u8 | kind u8 | flags u16 | source window u32 | tag u64 | data u64`
-//! The source task is the core's (it comes with every delivered message).
-//! After the header: the message's bytes (eager), or, with the RNDV flag,
-//! a `Rndv` that names them in the sender's memory, or, with FIN, the
-//! receiver's `Fin` for one of those (ep.rs, one-copy messages).
+//! 12 to 20 bytes, little-endian:
+//! `first u8 | source window u24 | tag u64 | data (none, u32 or u64)`
+//! where `first` is `body (bits 0-1) | tagged (bit 2) | data size (bits
+//! 3-4: none, 4 or 8 bytes) | version (bits 5-7)`.  The source task is
+//! the core's (it comes with every delivered message).  After the header:
+//! the message's bytes (eager), or with the RNDV body a `Rndv` that names
+//! them in the sender's memory, or with FIN the receiver's `Fin` for one
+//! of those (ep.rs, one-copy messages).
+//!
+//! Short because a record's size decides the cache lines a message moves
+//! (the core's record.rs): with the core's 8-byte record header, an 8-byte
+//! message whose data fits 32 bits (Open MPI's `mtl ofi` sends the source
+//! rank there) fills exactly 32 bytes, two to a line.  The fixed 24-byte
+//! header this replaced made it 48, and every other message then had its
+//! payload in the next line: a second cache miss, in series, for the
+//! receiver.
 
 use crate::matching::Kind;
 
-pub const HEADER_BYTES: usize = 24;
-/// 2: the RNDV and FIN flags.
-const VERSION: u8 = 2;
-const HAS_DATA: u16 = 1;
-const RNDV: u16 = 2;
-const FIN: u16 = 4;
+/// The longest header: with 8 bytes of data.
+pub const HEADER_MAX: usize = 20;
+/// 3: the compact header above.
+const VERSION: u8 = 3;
+const BODY_RNDV: u8 = 1;
+const BODY_FIN: u8 = 2;
+const TAGGED: u8 = 1 << 2;
+const DATA_SHIFT: u8 = 3;
+const DATA_U32: u8 = 1;
+const DATA_U64: u8 = 2;
+const VERSION_SHIFT: u8 = 5;
 /// The core tag of every provider message.
 pub const CORE_TAG: u8 = 0x46;
+
+/// Source windows fit in the header's 24 bits.
+const _WINDOWS_FIT: () = assert!(doorbell::MAX_WINDOWS <= 1 << 24);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
@@ -39,46 +57,69 @@ pub enum Body {
     Fin,
 }
 
+/// An encoded header: its first `len` bytes.
+pub struct Encoded {
+    b: [u8; HEADER_MAX],
+    len: u8,
+}
+
+impl Encoded {
+    pub fn bytes(&self) -> &[u8] {
+        &self.b[..self.len as usize]
+    }
+}
+
 impl Header {
-    pub fn encode(&self) -> [u8; HEADER_BYTES] {
-        let mut b = [0u8; HEADER_BYTES];
-        b[0] = VERSION;
-        b[1] = self.kind as u8;
+    pub fn encode(&self) -> Encoded {
+        let mut b = [0u8; HEADER_MAX];
         let body = match self.body {
             Body::Eager => 0,
-            Body::Rendezvous => RNDV,
-            Body::Fin => FIN,
+            Body::Rendezvous => BODY_RNDV,
+            Body::Fin => BODY_FIN,
         };
-        let flags = if self.data.is_some() { HAS_DATA } else { 0 } | body;
-        b[2..4].copy_from_slice(&flags.to_le_bytes());
-        b[4..8].copy_from_slice(&self.src_window.to_le_bytes());
-        b[8..16].copy_from_slice(&self.tag.to_le_bytes());
-        b[16..24].copy_from_slice(&self.data.unwrap_or(0).to_le_bytes());
-        b
+        let (size, n) = match self.data {
+            None => (0, 0),
+            Some(d) if d <= u64::from(u32::MAX) => (DATA_U32, 4),
+            Some(_) => (DATA_U64, 8),
+        };
+        let tagged = if self.kind == Kind::Tagged { TAGGED } else { 0 };
+        b[0] = body | tagged | size << DATA_SHIFT | VERSION << VERSION_SHIFT;
+        // Windows are below MAX_WINDOWS (checked at compile time above).
+        b[1..4].copy_from_slice(&self.src_window.to_le_bytes()[..3]);
+        b[4..12].copy_from_slice(&self.tag.to_le_bytes());
+        let d = self.data.unwrap_or(0).to_le_bytes();
+        b[12..12 + n].copy_from_slice(&d[..n]);
+        Encoded { b, len: (12 + n) as u8 }
     }
 
     /// The header and the payload after it; None if malformed.
     pub fn decode(b: &[u8]) -> Option<(Header, &[u8])> {
-        let (h, payload) = b.split_first_chunk::<HEADER_BYTES>()?;
-        let kind = match h[1] {
-            0 => Kind::Msg,
-            1 => Kind::Tagged,
-            _ => return None,
-        };
-        let flags = u16::from_le_bytes([h[2], h[3]]);
-        if h[0] != VERSION || flags & !(HAS_DATA | RNDV | FIN) != 0 {
+        let (h, rest) = b.split_first_chunk::<12>()?;
+        if h[0] >> VERSION_SHIFT != VERSION {
             return None;
         }
-        let body = match flags & (RNDV | FIN) {
+        let body = match h[0] & 3 {
             0 => Body::Eager,
-            RNDV => Body::Rendezvous,
-            FIN => Body::Fin,
+            BODY_RNDV => Body::Rendezvous,
+            BODY_FIN => Body::Fin,
             _ => return None,
         };
-        let u64_at = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().expect("8 bytes"));
-        let data = (flags & HAS_DATA != 0).then(|| u64_at(16));
-        let src_window = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes"));
-        Some((Header { kind, src_window, tag: u64_at(8), data, body }, payload))
+        let kind = if h[0] & TAGGED != 0 { Kind::Tagged } else { Kind::Msg };
+        let (data, payload) = match (h[0] >> DATA_SHIFT) & 3 {
+            0 => (None, rest),
+            DATA_U32 => {
+                let (d, p) = rest.split_first_chunk::<4>()?;
+                (Some(u64::from(u32::from_le_bytes(*d))), p)
+            }
+            DATA_U64 => {
+                let (d, p) = rest.split_first_chunk::<8>()?;
+                (Some(u64::from_le_bytes(*d)), p)
+            }
+            _ => return None,
+        };
+        let src_window = u32::from_le_bytes([h[1], h[2], h[3], 0]);
+        let tag = u64::from_le_bytes(h[4..12].try_into().expect("8 bytes"));
+        Some((Header { kind, src_window, tag, data, body }, payload))
     }
 }
 
@@ -153,31 +194,43 @@ mod tests {
     #[test]
     fn round_trip_and_rejects() {
         let h = Header { kind: Kind::Tagged, src_window: 3, tag: 0xdead_beef_0000_0001, data: Some(42), body: Body::Eager };
-        let mut m = h.encode().to_vec();
+        let mut m = h.encode().bytes().to_vec();
+        assert_eq!(m.len(), 16, "data that fits 32 bits takes 4 bytes");
         m.extend_from_slice(b"payload");
         assert_eq!(Header::decode(&m), Some((h, &b"payload"[..])));
         let h2 = Header { kind: Kind::Msg, src_window: 0, tag: 0, data: None, body: Body::Eager };
-        assert_eq!(Header::decode(&h2.encode()), Some((h2, &b""[..])));
-        assert_eq!(Header::decode(&m[..HEADER_BYTES - 1]), None, "short");
+        assert_eq!(h2.encode().bytes().len(), 12);
+        assert_eq!(Header::decode(h2.encode().bytes()), Some((h2, &b""[..])));
+        let h3 = Header { data: Some(u64::MAX - 5), src_window: 15, ..h };
+        assert_eq!(h3.encode().bytes().len(), HEADER_MAX);
+        assert_eq!(Header::decode(h3.encode().bytes()), Some((h3, &b""[..])));
+        assert_eq!(Header::decode(&m[..11]), None, "short");
+        assert_eq!(Header::decode(&m[..15]), None, "short of its data");
         let mut bad = m.clone();
-        bad[0] = 9;
-        assert_eq!(Header::decode(&bad), None, "version");
+        bad[0] = 2;
+        assert_eq!(Header::decode(&bad), None, "the fixed 24-byte header of version 2");
         let mut bad = m.clone();
-        bad[1] = 2;
-        assert_eq!(Header::decode(&bad), None, "kind");
-        let mut bad = m.clone();
-        bad[3] = 1;
-        assert_eq!(Header::decode(&bad), None, "unknown flag");
+        bad[0] |= 3;
+        assert_eq!(Header::decode(&bad), None, "unknown body");
         let mut bad = m;
-        bad[2] |= (RNDV | FIN) as u8;
-        assert_eq!(Header::decode(&bad), None, "rendezvous and fin at once");
+        bad[0] |= 3 << DATA_SHIFT;
+        assert_eq!(Header::decode(&bad), None, "unknown data size");
+    }
+
+    /// An 8-byte message with Open MPI's 32-bit data fills a 32-byte
+    /// record with the core's 8-byte record header: never split over two
+    /// cache lines.
+    #[test]
+    fn small_message_fills_half_a_line() {
+        let h = Header { kind: Kind::Tagged, src_window: 1, tag: u64::MAX, data: Some(u64::from(u32::MAX)), body: Body::Eager };
+        assert_eq!(8 + h.encode().bytes().len() + 8, 32);
     }
 
     #[test]
     fn control_bodies_round_trip_and_reject() {
         for body in [Body::Rendezvous, Body::Fin] {
             let h = Header { kind: Kind::Tagged, src_window: 1, tag: 9, data: None, body };
-            assert_eq!(Header::decode(&h.encode()), Some((h, &b""[..])));
+            assert_eq!(Header::decode(h.encode().bytes()), Some((h, &b""[..])));
         }
         let r = Rndv { addr: 0x7fff_0000_1000, len: 1 << 20, key: 0x1234_5678_9abc_def0, pid: 4242 };
         assert_eq!(Rndv::decode(&r.encode()), Some(r));
