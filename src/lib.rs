@@ -47,6 +47,8 @@ pub use endpoint::address::{Address, ADDRESS_WINDOW};
 #[cfg(not(loom))]
 pub use endpoint::config::{Config, WaitMode};
 #[cfg(not(loom))]
+pub use endpoint::learner::Ended as SpinEnded;
+#[cfg(not(loom))]
 pub use endpoint::work_check::Work;
 #[cfg(not(loom))]
 pub use endpoint::{Endpoint, Woke};

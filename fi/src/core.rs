@@ -78,6 +78,8 @@ fn create(s: &Settings, l: &Launch) -> Result<Core, i32> {
         // Known, the control segment's name goes once every local peer
         // mapped it (a rank killed later leaves no file); over TCP nobody maps it.
         local_peers: if s.force_tcp { Some(0) } else { l.local_peers },
+        // The learner's full spin is ours (wait.rs).
+        spin_us: s.spin_us.min(u64::from(u32::MAX)) as u32,
         ..Config::default()
     };
     if let Some(d) = &s.shm_dir {

@@ -8,7 +8,7 @@ use crate::stubs::fid_ops_control;
 use crate::waitfd::WaitFd;
 use crate::sys::*;
 use crate::util::{fi_version_of, guard, neg, negs, ours, Table, EAGAIN, EINVAL, EOTHER, FI_ADDR_NONE};
-use crate::wait::Idle;
+use crate::wait::{Idle, Lesson};
 use std::collections::VecDeque;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -221,6 +221,29 @@ impl Cq {
         eps.iter().filter_map(Weak::upgrade).filter(|e| !e.is_closed()).collect()
     }
 
+    /// The endpoint whose window a sleep waits on (wait.rs `sleep_eps`):
+    /// the first bound.
+    fn sleeper(&self) -> Option<&Arc<Ep>> {
+        self.fast[0].get().filter(|e| !e.is_closed())
+    }
+
+    /// A wait begins: its spin's length, from the learner of the
+    /// sleeper's window (None without an open endpoint).
+    pub fn spin_begin(&self) -> Option<u64> {
+        let ep = self.sleeper()?;
+        self.domain.core.ep.spin_begin(ep.window, Some(doorbell::WaitMode::Adaptive)).ok()
+    }
+
+    /// The wait ended with a find: teach the learner how.
+    fn spin_end(&self, l: Lesson) {
+        let Some(ep) = self.sleeper() else { return };
+        let ended = match l {
+            Lesson::Awake { waited_ns } => doorbell::SpinEnded::Awake { waited_ns },
+            Lesson::Woken => doorbell::SpinEnded::Woken,
+        };
+        let _ = self.domain.core.ep.spin_end(ep.window, ended, false);
+    }
+
     /// Progress every open bound endpoint once (no allocation, and
     /// without `overflow` no locked instruction: every read does it).
     pub fn progress(&self) {
@@ -337,26 +360,33 @@ impl Cq {
         let entered = crate::wait::read_clock(self);
         self.progress();
         // SAFETY: the caller's contract.
-        let n = unsafe { self.drain(buf, count, src) };
-        if n != EAGAIN {
-            // A peek's miss is no find: a probe loop is still idle.
-            if n > 0 || !self.head_is(FI_ENOMSG) {
-                // The lock only if a measured read changed the state since
-                // the last find (a load and a store, no locked instruction
-                // per find); reads still granted unmeasured stay so: the
-                // next window starts at the next measured one.
-                if self.idle_dirty.load(Ordering::Relaxed) {
-                    self.idle_dirty.store(false, Ordering::Relaxed);
-                    self.idle.lock().unwrap_or_else(|p| p.into_inner()).found();
-                }
+        let mut n = unsafe { self.drain(buf, count, src) };
+        if n == EAGAIN {
+            if !crate::wait::maybe_sleep(self, entered, false) {
+                return EAGAIN;
             }
-            return n;
-        }
-        if crate::wait::maybe_sleep(self, entered, false) {
             // SAFETY: the caller's contract.
-            return unsafe { self.drain(buf, count, src) };
+            n = unsafe { self.drain(buf, count, src) };
         }
-        EAGAIN
+        // A peek's miss is no find: a probe loop is still idle.
+        if n > 0 || (n != EAGAIN && !self.head_is(FI_ENOMSG)) {
+            self.found();
+        }
+        n
+    }
+
+    /// A read found something (before or after a sleep).  The idle state's
+    /// lock only if a measured read changed it since the last find (a load
+    /// and a store, no locked instruction per find); reads still granted
+    /// unmeasured stay so: the next window starts at the next measured one.
+    fn found(&self) {
+        if self.idle_dirty.load(Ordering::Relaxed) {
+            self.idle_dirty.store(false, Ordering::Relaxed);
+            let lesson = self.idle.lock().unwrap_or_else(|p| p.into_inner()).found();
+            if let Some(l) = lesson {
+                self.spin_end(l);
+            }
+        }
     }
 
     /// fi_cq_sread: block until something completes or `timeout_ms` passes

@@ -12,6 +12,14 @@
 //! that is not ours (another transport or thread of the MPI, a progress
 //! hook) can be kept waiting.
 //!
+//! How long it spins comes from the core's spin/sleep learner of the
+//! endpoint's window (learner.rs there), told at every find how the wait
+//! ended: a message that came while the caller still polled (and soon
+//! enough) says spinning pays; one that came only after a sleep says it
+//! does not, and after a few of those the spin is cut short: over TCP to
+//! nothing, so a rank whose spin holds the CPU its message needs (two
+//! ranks bound to one CPU, the kernel's packet work) sleeps at once.
+//!
 //! While it spins, only one empty read in `IDLE_SAMPLE` looks at the
 //! clock and the idle state: in a virtual machine a clock read costs
 //! 25-45 ns, and an empty read that read it twice spent a third of its
@@ -64,7 +72,7 @@ fn this_thread() -> (usize, u64) {
 }
 
 /// A spin window: empty reads on one thread since its CPU time was
-/// `cpu0` (None for its first `spin_ns`: a window that a find ends soon,
+/// `cpu0` (None for its first spin: a window that a find ends soon,
 /// as in a ping-pong, costs no clock system call).
 #[derive(Debug, Clone, Copy)]
 struct Window {
@@ -80,19 +88,18 @@ struct Window {
 
 /// A queue's recent reads.
 ///
-/// Spinning: after `spin_ns` of empty reads, the reading thread's CPU time
+/// Spinning: after a spin's length of empty reads (`budget_ns`), the reading thread's CPU time
 /// tells whether its caller did anything between them.  Less than
 /// `GAP_NS` per read (it only polls, or yields the CPU as an idle MPI
 /// does on a crowded node): sleep.  More (a compute loop around MPI_Test):
 /// keep polling, never sleep there.  A window the thread spent mostly off
 /// the CPU (preempted) proves nothing yet: it is extended until the
-/// thread has polled for half of `spin_ns` of its own CPU time.  Sleeping: after a sleep, the next
+/// thread has polled for half a spin's length of its own CPU time.  Sleeping: after a sleep, the next
 /// empty read sleeps again unless the thread used CPU in between.
 /// Anything found, and any operation posted, returns to spinning.
 #[derive(Debug)]
 pub struct Idle {
     policy: WaitPolicy,
-    spin_ns: u64,
     pub min_us: u64,
     max_us: u64,
     spinning: Option<Window>,
@@ -107,13 +114,39 @@ pub struct Idle {
     skipped: u64,
     /// Sleeps taken (for the debug trace).
     pub sleeps: u64,
+    /// This wait's spin, from the learner when the wait began (the
+    /// configured `spin_us` until one did).
+    budget_ns: u64,
+    /// The wait under way since the last find, once a read measured it.
+    period: Option<Period>,
+    /// Block policy: the read right after a find does not sleep (Open
+    /// MPI's progress reads until a read comes back empty: that read is
+    /// not a wait).
+    just_found: bool,
+}
+
+/// A wait: when its first measured read came, its latest, and `sleeps`
+/// then.
+#[derive(Debug, Clone, Copy)]
+struct Period {
+    start: u64,
+    last: u64,
+    sleeps: u64,
+}
+
+/// How a wait ended, for the learner: the message came while the caller
+/// was still polling, this long after the wait's first measured read, or
+/// only after it slept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lesson {
+    Awake { waited_ns: u64 },
+    Woken,
 }
 
 impl Idle {
     pub fn new(s: &Settings) -> Idle {
         Idle {
             policy: s.wait,
-            spin_ns: s.spin_us * 1000,
             min_us: s.sleep_min_us,
             max_us: s.sleep_max_us,
             spinning: None,
@@ -122,21 +155,55 @@ impl Idle {
             posts: 0,
             skipped: 0,
             sleeps: 0,
+            budget_ns: s.spin_us * 1000,
+            period: None,
+            just_found: false,
         }
     }
 
-    /// A read found something.
-    pub fn found(&mut self) {
+    /// A read found something: how the wait that ends here went, if a
+    /// read measured it.
+    pub fn found(&mut self) -> Option<Lesson> {
+        let lesson = self.period.map(|p| {
+            if self.sleeps > p.sleeps {
+                Lesson::Woken
+            } else {
+                Lesson::Awake { waited_ns: p.last - p.start }
+            }
+        });
+        self.reset();
+        self.just_found = true;
+        lesson
+    }
+
+    /// Back to spinning (a find, or an operation posted).
+    fn reset(&mut self) {
         self.spinning = None;
         self.asleep = None;
         self.sleep_us = self.min_us;
         self.skipped = 0;
+        self.period = None;
+    }
+
+    /// Does the next measured empty read begin a wait?  Then its spin's
+    /// length is the learner's (`set_budget`, before `empty`).
+    pub fn begins_wait(&self) -> bool {
+        self.policy == WaitPolicy::Adaptive && self.period.is_none()
+    }
+
+    /// The spin of the wait that begins: `ns` (0: sleep as soon as the
+    /// caller is seen to poll).
+    pub fn set_budget(&mut self, ns: u64) {
+        self.budget_ns = ns;
     }
 
     /// How many empty reads may pass unmeasured after the one that just
-    /// called `empty`: while spinning (not after a sleep), IDLE_SAMPLE - 1.
+    /// called `empty`: while spinning (not after a sleep, and not in a
+    /// wait without spin), IDLE_SAMPLE - 1.
+    /// A wait without spin measures every read: it is to sleep as soon as
+    /// two reads show the caller only polls.
     pub fn may_skip(&self) -> u32 {
-        if self.policy == WaitPolicy::Adaptive && self.asleep.is_none() {
+        if self.policy == WaitPolicy::Adaptive && self.asleep.is_none() && self.budget_ns > 0 {
             IDLE_SAMPLE - 1
         } else {
             0
@@ -155,11 +222,11 @@ impl Idle {
     pub fn empty(&mut self, entered: u64, now: u64, posts: u64, cpu: impl Fn() -> (usize, u64)) -> Option<Duration> {
         if posts != self.posts {
             self.posts = posts;
-            self.found();
+            self.reset();
         }
         let sleep = match self.policy {
             WaitPolicy::Poll => false,
-            WaitPolicy::Block => true,
+            WaitPolicy::Block => !std::mem::take(&mut self.just_found),
             WaitPolicy::Adaptive => self.adaptive(entered, now, cpu),
         };
         if !sleep {
@@ -171,6 +238,11 @@ impl Idle {
     }
 
     fn adaptive(&mut self, entered: u64, now: u64, cpu: impl Fn() -> (usize, u64)) -> bool {
+        self.just_found = false;
+        match &mut self.period {
+            Some(p) => p.last = now,
+            None => self.period = Some(Period { start: now, last: now, sleeps: self.sleeps }),
+        }
         if let Some((thread, at)) = self.asleep.take() {
             let (me, c) = cpu();
             if me == thread && c.saturating_sub(at) <= CPU_GAP_NS {
@@ -180,7 +252,7 @@ impl Idle {
             self.spinning = Some(self.measured(now, me, c));
             return false;
         }
-        let w = self.spinning.unwrap_or(Window { thread: 0, cpu0: None, reads: 0, in_reads: 0, check_at: now + self.spin_ns });
+        let w = self.spinning.unwrap_or(Window { thread: 0, cpu0: None, reads: 0, in_reads: 0, check_at: now + self.budget_ns });
         // This read stands for the ones that passed unmeasured before it.
         let weight = 1 + std::mem::take(&mut self.skipped);
         let in_read = now.saturating_sub(entered).min(READ_CPU_NS);
@@ -191,13 +263,13 @@ impl Idle {
         }
         let (me, c) = cpu();
         let Some(cpu0) = w.cpu0.filter(|_| me == w.thread) else {
-            // The first spin_ns passed: from now on, measure.
+            // The spin passed: from now on, measure.
             self.spinning = Some(self.measured(now, me, c));
             return false;
         };
         let used = c.saturating_sub(cpu0);
-        if used < self.spin_ns / 2 {
-            w.check_at = now + self.spin_ns / 2;
+        if used < self.budget_ns / 2 {
+            w.check_at = now + self.budget_ns / 2;
             self.spinning = Some(w);
             return false;
         }
@@ -209,9 +281,9 @@ impl Idle {
         false
     }
 
-    /// A window that measures from now (`spin_ns / 2` of it).
+    /// A window that measures from now (half the spin's length).
     fn measured(&self, now: u64, thread: usize, cpu0: u64) -> Window {
-        Window { thread, cpu0: Some(cpu0), reads: 0, in_reads: 0, check_at: now + self.spin_ns / 2 }
+        Window { thread, cpu0: Some(cpu0), reads: 0, in_reads: 0, check_at: now + self.budget_ns / 2 }
     }
 
     /// The read that slept returns now, on this thread at this CPU time.
@@ -247,6 +319,10 @@ pub fn maybe_sleep(cq: &Cq, entered: Option<u64>, peeking: bool) -> bool {
     let (d, shortest) = {
         let mut idle = cq.idle.lock().unwrap_or_else(|p| p.into_inner());
         cq.idle_dirty.store(true, Ordering::Relaxed);
+        if idle.begins_wait() {
+            let full = core.settings.spin_us * 1000;
+            idle.set_budget(cq.spin_begin().unwrap_or(full).min(full));
+        }
         let verdict = idle.empty(entered, now_ns(), core.posts(), this_thread);
         if verdict.is_none() {
             // The next reads pass unmeasured; the next measured one
@@ -503,6 +579,60 @@ mod tests {
         assert_eq!(b.empty(5, 5, 0, || (1, 0)), Some(Duration::from_micros(1000)));
         assert_eq!(b.empty(6, 6, 0, || (1, 0)), Some(Duration::from_micros(2000)));
         b.found();
-        assert_eq!(b.empty(7, 7, 0, || (1, 0)), Some(Duration::from_micros(1000)), "a find resets the bound");
+        assert_eq!(b.empty(7, 7, 0, || (1, 0)), None, "the read right after a find is the caller draining");
+        assert_eq!(b.empty(8, 8, 0, || (1, 0)), Some(Duration::from_micros(1000)), "a find resets the bound");
+        b.found();
+        assert_eq!(b.empty(9, 9, 3, || (1, 0)), None, "a post after the find changes nothing");
+        assert_eq!(b.empty(10, 10, 3, || (1, 0)), Some(Duration::from_micros(1000)));
+    }
+
+    #[test]
+    fn a_find_tells_how_the_wait_went() {
+        let mut i = idle(WaitPolicy::Adaptive);
+        assert_eq!(i.found(), None, "no read measured a wait");
+        let cpu = Cell::new(0);
+        assert!(i.begins_wait());
+        assert_eq!(i.empty(1_000, 1_500, 0, clock(&cpu)), None);
+        assert!(!i.begins_wait());
+        assert_eq!(i.empty(31_000, 31_500, 0, clock(&cpu)), None);
+        assert_eq!(i.found(), Some(Lesson::Awake { waited_ns: 30_000 }), "from the first measured read to the last");
+        assert!(i.begins_wait(), "a find ends the wait");
+        assert_eq!(i.empty(40_000, 40_500, 0, clock(&cpu)), None);
+        i.slept(1, 0);
+        assert_eq!(i.found(), Some(Lesson::Woken));
+        assert_eq!(i.empty(50_000, 50_500, 0, clock(&cpu)), None);
+        assert_eq!(i.empty(60_000, 60_500, 9, clock(&cpu)), None);
+        assert_eq!(i.found(), Some(Lesson::Awake { waited_ns: 0 }), "a post begins a new wait");
+    }
+
+    /// A wait the learner gives no spin sleeps as soon as two measured
+    /// reads show the caller only polls, where the configured spin takes
+    /// 150 reads (`adaptive_sleeps_after_a_window_of_pure_polling`).
+    #[test]
+    fn a_wait_without_spin_sleeps_once_the_caller_is_seen_polling() {
+        let mut i = idle(WaitPolicy::Adaptive);
+        let cpu = Cell::new(0);
+        let mut t = 1_000_000_000;
+        assert!(i.begins_wait());
+        i.set_budget(0);
+        let mut slept = None;
+        for n in 0..10 {
+            cpu.set(cpu.get() + 1_000);
+            if i.empty(t, t + 800, 0, clock(&cpu)).is_some() {
+                slept = Some(n);
+                break;
+            }
+            t += 1_000;
+        }
+        assert_eq!(slept, Some(1));
+        assert_eq!(i.may_skip(), 0, "such a wait measures every read");
+        // A caller that computes between reads still never sleeps.
+        let mut i = idle(WaitPolicy::Adaptive);
+        i.set_budget(0);
+        for _ in 0..1_000 {
+            t += 20_000;
+            cpu.set(cpu.get() + 20_000);
+            assert_eq!(i.empty(t, t + 500, 0, clock(&cpu)), None);
+        }
     }
 }

@@ -55,9 +55,10 @@ pub(crate) enum Path {
     Tcp = 1,
 }
 
-/// How a wait ended.
+/// How a wait ended (public as `SpinEnded`, for a caller that runs its
+/// own wait: `Endpoint::spin_begin`/`spin_end`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ended {
+pub enum Ended {
     /// A message came while the waiter was awake (spinning, or between two
     /// sleeps that timed out), `waited_ns` after the wait began.
     Awake { waited_ns: u64 },

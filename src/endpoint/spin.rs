@@ -84,7 +84,7 @@ impl Endpoint {
     /// A wait on `window` begins (the caller found nothing to do): how many
     /// nanoseconds to spin before sleeping (`u64::MAX`: never sleep).
     /// `mode` None: the configured one.
-    pub(crate) fn spin_begin(&self, window: u32, mode: Option<WaitMode>) -> Result<u64> {
+    pub fn spin_begin(&self, window: u32, mode: Option<WaitMode>) -> Result<u64> {
         self.inner.check_window(window)?;
         Ok(self.inner.spin_begin(window, mode.unwrap_or(self.inner.cfg.wait_mode)))
     }
@@ -92,7 +92,7 @@ impl Endpoint {
     /// The wait begun last on `window` ended with a message (see `Ended`);
     /// `yields`: the caller yielded the CPU on each pass of its spin.
     #[inline(always)]
-    pub(crate) fn spin_end(&self, window: u32, ended: Ended, yields: bool) -> Result<()> {
+    pub fn spin_end(&self, window: u32, ended: Ended, yields: bool) -> Result<()> {
         self.inner.check_window(window)?;
         self.inner.spin_end(window, ended, yields);
         Ok(())
