@@ -72,7 +72,8 @@ pub struct ControlHeader {
     /// Data bytes of each window's queue (a power of 2, 4 KiB..1 GiB).
     pub queue_bytes: AtomicU32,
     /// 1: the owner makes bell.rs's heavy barrier before it sleeps, so a
-    /// registered sender may ring this task's bells lightly.
+    /// registered sender may ring this task's bells lightly.  0 without
+    /// local peers (the segment is private to its owner then).
     pub light_rings: AtomicU32,
     /// Set to 1 by the owner when it ends the job (an abort): the losses
     /// its peers see next are the abort's doing, not crashes.
@@ -209,7 +210,10 @@ impl Control {
         h.owner_pid.store(std::process::id(), Ordering::Relaxed);
         h.owner_task.store(task, Ordering::Relaxed);
         h.unlink_after.store(peers.map_or(UNLINK_AT_CLOSE, |n| n.min(UNLINK_AT_CLOSE - 1)), Ordering::Relaxed);
-        h.light_rings.store(crate::shm::bell::asymmetric() as u32, Ordering::Relaxed);
+        // Without local peers the segment is unlinked below and nobody else
+        // maps it: no sender can ring lightly, so a sleep needs no heavy
+        // barrier (a membarrier system call per sleep, for nothing).
+        h.light_rings.store((peers != Some(0) && crate::shm::bell::asymmetric()) as u32, Ordering::Relaxed);
         h.token.store(token, Ordering::Relaxed);
         h.windows_open.store(1, Ordering::Relaxed);
         // SYNC POINT B: publishes the header fields above (Acquire in `open`).
@@ -434,6 +438,19 @@ mod tests {
             libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
             ru.ru_minflt
         }
+    }
+
+    /// Only an owner with local peers asks for light rings: without any,
+    /// its segment is private and its sleeps skip the heavy barrier.
+    #[test]
+    fn light_rings_only_with_local_peers() {
+        let job = format!("ct-light-{}", std::process::id());
+        let shared = Control::create("/dev/shm", &job, 0, Some(1), 4096).unwrap();
+        let light = shared.header().light_rings.load(Ordering::Relaxed);
+        assert_eq!(light, crate::shm::bell::asymmetric() as u32);
+        let alone = Control::create("/dev/shm", &format!("{job}-alone"), 0, Some(0), 4096).unwrap();
+        assert_eq!(alone.header().light_rings.load(Ordering::Relaxed), 0);
+        assert_eq!(Control::create_private(0).unwrap().header().light_rings.load(Ordering::Relaxed), 0);
     }
 
     /// Window 0's queue is mapped in before its first lap, on the owner's
