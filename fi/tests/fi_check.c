@@ -58,7 +58,7 @@ static struct fid_cq *cq;
 static struct fid_ep *ep;
 static struct fid_cntr *rcntr;
 static fi_addr_t self_addr, peer_addr;
-static int api_2x, waitfd, long_msg;
+static int api_2x, waitfd, long_msg, drain;
 static double wait_s = 5; /* how long next() waits for a completion */
 static size_t info_max_msg; /* the provider's max_msg_size */
 static const char *step = "start"; /* for the error message */
@@ -175,6 +175,39 @@ static void fill_long(unsigned char *b)
 {
     for (size_t i = 0; i < LONG; i++)
         b[i] = pattern(30, i);
+}
+
+/* "drain" (run with FI_DOORBELL_WAIT=block and 20 s sleeps): the read
+ * right after a find must not sleep.  Open MPI's progress reads the queue
+ * until a read comes back empty; that read is no wait, and a sleep there
+ * held every message for the whole bound.  The message comes 100 ms after
+ * the receiver starts reading, so it is found after a sleep (the path that
+ * also skipped the idle bookkeeping).  A read that slept would take 20 s;
+ * the receiver allows 5. */
+static void drain_sender(void)
+{
+    char b = 7;
+    sync_peer();
+    usleep(100000);
+    send_tagged(&b, 1, 9, 0, peer_addr);
+    sync_peer();
+}
+
+static void drain_receiver(void)
+{
+    static struct fi_context ctx;
+    struct fi_cq_tagged_entry e;
+    char b = 0;
+    OK(fi_trecv(ep, &b, 1, NULL, peer_addr, 9, 0, &ctx));
+    sync_peer();
+    expect_ok(&e, &ctx, "drain: the message, found after a sleep");
+    CHECK(b == 7, "drain: payload %d", b);
+    double t0 = now_s();
+    ssize_t n = fi_cq_read(cq, &e, 1);
+    double took = now_s() - t0;
+    CHECK(n == -FI_EAGAIN, "drain: the read after the find returned %zd", n);
+    CHECK(took < 5, "drain: the read after a find slept %.1f s", took);
+    sync_peer();
 }
 
 static void sender(void)
@@ -449,6 +482,7 @@ int main(int argc, char **argv)
     for (int i = 2; i < argc; i++) {
         waitfd |= strcmp(argv[i], "waitfd") == 0;
         long_msg |= strcmp(argv[i], "long") == 0;
+        drain |= strcmp(argv[i], "drain") == 0;
     }
     if (waitfd)
         cq_attr.wait_obj = FI_WAIT_FD;
@@ -496,7 +530,9 @@ int main(int argc, char **argv)
     self_addr = addrs[me];
     peer_addr = addrs[!me];
 
-    if (me)
+    if (drain)
+        me ? drain_sender() : drain_receiver();
+    else if (me)
         sender();
     else
         receiver();
@@ -515,7 +551,8 @@ int main(int argc, char **argv)
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
             failures++;
         if (failures == 0)
-            printf("fi_check: OK (api %d.%d%s)\n", FI_MAJOR(api), FI_MINOR(api), waitfd ? ", FI_WAIT_FD" : "");
+            printf("fi_check: OK (api %d.%d%s%s)\n", FI_MAJOR(api), FI_MINOR(api), waitfd ? ", FI_WAIT_FD" : "",
+                   drain ? ", drain" : "");
     }
     return failures ? 1 : 0;
 }

@@ -163,6 +163,17 @@ if cc -O2 -Wall -I "$ROOT/fi/include" -o "$BIN/fi_check" "$ROOT/fi/tests/fi_chec
                 fail "$name" "$log"
             fi
         done
+        # Block mode, sleeps bounded at 20 s: the read right after a find
+        # must not sleep (fi_check.c `drain`).
+        name="fi_check $via, block mode: the read after a find does not sleep"
+        log=$LOGS/$(slug "$name").log
+        if env FI_PROVIDER_PATH="$PROV" FI_DOORBELL_IF_INCLUDE=lo FI_DOORBELL_FORCE_TCP=$tcp FI_DOORBELL_WAIT=block \
+            FI_DOORBELL_SLEEP_MIN_US=20000000 FI_DOORBELL_SLEEP_MAX_US=20000000 \
+            timeout -k 5 "$RUN_TIMEOUT" "$BIN/fi_check" core drain >"$log" 2>&1 && grep -q '^fi_check: OK' "$log"; then
+            pass "$name"
+        else
+            fail "$name" "$log"
+        fi
     done
 else
     fail "build fi_check" "$log"
