@@ -904,7 +904,13 @@ impl Ep {
             return negs(FI_EINVAL);
         }
         let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
-        let p = m.post(kind, Posted { want, ctx, multi, r });
+        // Nothing unexpected waits (a receive posted ahead of its message):
+        // it only queues, and completes nothing.
+        let p = match m.post_if_none_waits(kind, Posted { want, ctx, multi, r }) {
+            Ok(()) => return 0,
+            Err(p) => p,
+        };
+        let p = m.post(kind, p);
         // A post that completed nothing has nothing for a sleeping read.
         let completed = !p.placed.is_empty() || p.released.is_some();
         let mut reads = Vec::new();

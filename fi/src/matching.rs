@@ -154,6 +154,12 @@ impl<R: Clone> Matcher<R> {
         let len = remote.unwrap_or(payload.len());
         let mut released = None;
         let q = &mut self.posted[kind as usize];
+        // The common case, a stream into receives posted in its order: the
+        // first one takes it (no search, no shift of the queue).
+        if q.front().is_some_and(|p| p.multi.is_none() && p.want.matches(kind, src, tag)) {
+            let p = q.pop_front().expect("front seen above");
+            return Arrival { released, into: Some(Into::One(p.r)) };
+        }
         let Some(i) = q.iter().position(|p| p.want.matches(kind, src, tag)) else {
             self.unexpected[kind as usize].push_back(Unexpected { src, tag, data, payload: payload.to_vec(), remote });
             return Arrival { released, into: None };
@@ -258,6 +264,16 @@ impl<R: Clone> Matcher<R> {
                 }
             }
         }
+    }
+
+    /// Post a single receive when nothing unexpected of its kind waits
+    /// (what `post` would do then, without its result); else give it back.
+    pub fn post_if_none_waits(&mut self, kind: Kind, p: Posted<R>) -> Result<(), Posted<R>> {
+        if p.multi.is_some() || !self.unexpected[kind as usize].is_empty() {
+            return Err(p);
+        }
+        self.posted[kind as usize].push_back(p);
+        Ok(())
     }
 
     /// FI_PEEK: the first matching unexpected message, left in place;
@@ -389,6 +405,23 @@ mod tests {
         assert_eq!(take(&mut m, Some(A)), Some(4));
         assert_eq!(take(&mut m, None), Some(3));
         assert_eq!(take(&mut m, None), None);
+        assert_eq!(m.posted_len(), 1);
+    }
+
+    #[test]
+    fn a_receive_posted_ahead_queues_and_one_behind_takes_its_message() {
+        let mut m = Matcher::<u32>::default();
+        assert!(m.post_if_none_waits(Kind::Tagged, one(1, want(Some(A), 7, 0))).is_ok());
+        assert!(m.post_if_none_waits(Kind::Tagged, one(2, want(Some(B), 7, 0))).is_ok());
+        // Not the front's: the search finds the second, the front stays.
+        assert_eq!(m.arrive(Kind::Tagged, B, 7, None, b"b").into, Some(Into::One(2)));
+        assert_eq!(m.arrive(Kind::Tagged, A, 7, None, b"a").into, Some(Into::One(1)));
+        // A message waits: the post is given back, for `post` to match it.
+        assert_eq!(m.arrive(Kind::Tagged, A, 7, None, b"c").into, None);
+        let back = m.post_if_none_waits(Kind::Tagged, one(3, want(Some(B), 7, 0))).map_err(|p| p.r);
+        assert_eq!(back, Err(3), "even one it does not match: `post` decides");
+        assert_eq!(m.post_if_none_waits(Kind::Msg, multi(4, 64)).map_err(|p| p.r), Err(4), "a multi-receive buffer");
+        assert!(m.post_if_none_waits(Kind::Msg, one(5, Want::any())).is_ok(), "kinds apart");
         assert_eq!(m.posted_len(), 1);
     }
 
