@@ -1,9 +1,7 @@
 #!/usr/bin/env python3
 """bench/fi/run.sh's raw results (round config metric key value) as medians,
 the provider's ratios against each MPI's own paths, and the targets."""
-import argparse
-import statistics
-from collections import defaultdict
+from results import load
 
 # (ours, reference): the provider against each MPI's default on-node path
 # and against libfabric's own providers under the same MPI.
@@ -12,20 +10,7 @@ PAIRS = [("ompi_doorbell", "ompi_vader"), ("mpich_doorbell", "mpich_default"),
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--configs", required=True)
-    ap.add_argument("raw")
-    a = ap.parse_args()
-    configs = a.configs.split()
-    vals = defaultdict(list)
-    for line in open(a.raw):
-        r, c, m, k, v = line.split()
-        vals[(c, m, k)].append(float(v))
-    med = {key: statistics.median(v) for key, v in vals.items()}
-    # Each configuration's best round: the host places a rank pair close
-    # or far (a cache line crosses in 0.06-0.08 or 0.14-0.34 us), and a
-    # median of few rounds can compare one placement with the other.
-    best = {key: (min(v) if key[1] == "lat" else max(v)) for key, v in vals.items()}
+    configs, med, best = load(__doc__)
     pairs = [(x, y) for x, y in PAIRS if x in configs and y in configs]
 
     def table(metric, title, fmt):

@@ -18,18 +18,9 @@
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-QUICK=${QUICK:-0}
-if [[ $QUICK == 1 ]]; then ROUNDS=${ROUNDS:-2}; else ROUNDS=${ROUNDS:-5}; fi
-MPICH_VENV=${MPICH_VENV:-$root/target/venv-mpich}
-OUT=${OUT:-$root/target/bench-fi}
-PROV=$OUT/prov
-mkdir -p "$OUT" "$PROV"
-quick=()
-[[ $QUICK == 1 ]] && quick=(-q)
-
-(cd "$root" && cargo build --release -p doorbell-fi >"$OUT/build.log" 2>&1) &&
-    cp "$root/target/release/libdoorbell_fi.so" "$PROV/libdoorbell-fi.so" ||
-    { echo "run.sh: building the provider failed (log: $OUT/build.log)" >&2; exit 1; }
+# shellcheck source=bench/fi/frame.sh
+. "$here/frame.sh"
+bench_setup run.sh "$root/target/bench-fi"
 for b in pingpong idle; do
     mpicc.openmpi -O2 -o "$OUT/${b}_ompi" "$root/bench/ompi/$b.c" &&
         "$MPICH_VENV/bin/mpicc" -O2 -o "$OUT/${b}_mpich" "$root/bench/ompi/$b.c" ||
@@ -48,7 +39,7 @@ mpich() { # env assignments..., then -- program
     shift
     timeout -k 5 180 env "${envs[@]}" "$MPICH_VENV/bin/mpiexec" -n 2 -bind-to core "$@"
 }
-run_config() { # config bench
+run_config() { # config bench round
     local c=$1 b=$2
     case $c in
     ompi_vader) ompi --mca pml ob1 --mca btl self,vader -- "$OUT/${b}_ompi" "${quick[@]}" ;;
@@ -65,25 +56,9 @@ run_config() { # config bench
 
 read -r -a configs <<<"${CONFIGS:-ompi_vader ompi_doorbell mpich_default mpich_doorbell mpich_fi_shm mpich_fi_tcp}"
 raw=$OUT/raw.tsv
-: >"$raw"
-failed=0
+counts() { grep -q '^RESULT' "$2"; }
 echo "libfabric provider benchmark: ROUNDS=$ROUNDS QUICK=$QUICK, load $(cut -d' ' -f1 /proc/loadavg)"
-n=${#configs[@]}
-for ((r = 1; r <= ROUNDS; r++)); do
-    for b in pingpong idle; do
-        for ((i = 0; i < n; i++)); do
-            c=${configs[(i + r - 1) % n]}
-            log=$OUT/r$r-$b-$c.log
-            if run_config "$c" "$b" >"$log" 2>&1 && grep -q '^RESULT' "$log"; then
-                awk -v r="$r" -v c="$c" '$1 == "RESULT" { print r, c, $2, $3, $4 }' "$log" >>"$raw"
-                echo "ok   round $r $b $c"
-            else
-                echo "FAIL round $r $b $c (log: $log)"
-                failed=$((failed + 1))
-            fi
-        done
-    done
-done
+run_rounds "$raw" "$OUT" "$ROUNDS" "pingpong idle" "${configs[@]}"
 python3 "$here/report.py" --configs "${configs[*]}" "$raw"
 echo "raw results and logs: $OUT"
 [[ $failed == 0 ]]

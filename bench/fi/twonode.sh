@@ -14,12 +14,12 @@
 # ends pinned to CPU 0) for Open MPI's default, sock_block (unpinned) for
 # MPICH and for Open MPI with --bind-to none (ompi_doorbell_unbound).
 #
-# Configurations rotate each round; twonode_report.py prints medians,
-# ratios against the socket and the target (8 B latency <= 1.5x the
-# blocking socket, met/MISSED).  A
-# missed target does not fail the script; a run that fails or produces no
-# figure does (exit 1).  A benchmark, not a test: run it on a quiet
-# machine.  Needs root (namespaces); always tears the cluster down.
+# Configurations rotate each round (frame.sh); twonode_report.py prints
+# medians, ratios against the socket and the target (8 B latency <= 1.5x
+# the blocking socket, met/MISSED).  A missed target does not fail the
+# script; a run that fails or produces no figure does (exit 1).  A
+# benchmark, not a test: run it on a quiet machine.  Needs root
+# (namespaces); always tears the cluster down.
 #
 # Environment: ROUNDS (5; QUICK=1: 2 rounds, fewer iterations), CONFIGS
 #   (subset/order of the names below), MPICH_VENV (<repo>/target/venv-mpich,
@@ -27,21 +27,12 @@
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-QUICK=${QUICK:-0}
-if [[ $QUICK == 1 ]]; then ROUNDS=${ROUNDS:-2}; else ROUNDS=${ROUNDS:-5}; fi
-MPICH_VENV=${MPICH_VENV:-$root/target/venv-mpich}
-OUT=${OUT:-$root/target/bench-fi-twonode}
-PROV=$OUT/prov
+# shellcheck source=bench/fi/frame.sh
+. "$here/frame.sh"
 CLUSTER=$root/mpi-tests/netns/cluster.sh
 AGENT=$root/mpi-tests/netns/rsh-agent.sh
 [[ $(id -u) == 0 ]] || { echo "twonode.sh: needs root (network namespaces)" >&2; exit 1; }
-mkdir -p "$OUT" "$PROV"
-quick=()
-[[ $QUICK == 1 ]] && quick=(-q)
-
-(cd "$root" && cargo build --release -p doorbell-fi >"$OUT/build.log" 2>&1) &&
-    cp "$root/target/release/libdoorbell_fi.so" "$PROV/libdoorbell-fi.so" ||
-    { echo "twonode.sh: building the provider failed (log: $OUT/build.log)" >&2; exit 1; }
+bench_setup twonode.sh "$root/target/bench-fi-twonode"
 mpicc.openmpi -O2 -o "$OUT/pingpong_ompi" "$root/bench/ompi/pingpong.c" &&
     "$MPICH_VENV/bin/mpicc" -O2 -o "$OUT/pingpong_mpich" "$root/bench/ompi/pingpong.c" &&
     cc -O2 -Wall -Wextra -Werror -o "$OUT/sockpp" "$here/sockpp.c" ||
@@ -56,8 +47,8 @@ ompi() { # mpirun args... (from nodeA; ranks on nodeA and nodeB)
     "$CLUSTER" exec nodeA timeout -k 5 300 mpirun.openmpi --allow-run-as-root --mca plm_rsh_agent "$AGENT" \
         --mca oob_tcp_if_include "$SUBNET" --host "$hosts" -np 2 "$@"
 }
-run_config() { # config round
-    local c=$1 r=$2
+run_config() { # config bench round (one bench: pingpong)
+    local c=$1 r=$3
     case $c in
     sock_block | sock_block_1cpu)
         local port=$((47000 + r)) rc=0 pin=()
@@ -82,25 +73,12 @@ run_config() { # config round
 
 read -r -a configs <<<"${CONFIGS:-sock_block sock_block_1cpu ompi_doorbell ompi_doorbell_unbound mpich_doorbell ompi_tcp}"
 raw=$OUT/raw.tsv
-: >"$raw"
-failed=0
+# An MPI run counts only if its ranks were on the two hosts.
+counts() {
+    grep -q '^RESULT lat 8 ' "$2" && { [[ $1 == sock_* ]] || grep -q '^RESULT hosts_distinct - 1$' "$2"; }
+}
 echo "libfabric provider across two namespaces: ROUNDS=$ROUNDS QUICK=$QUICK, load $(cut -d' ' -f1 /proc/loadavg)"
-n=${#configs[@]}
-for ((r = 1; r <= ROUNDS; r++)); do
-    for ((i = 0; i < n; i++)); do
-        c=${configs[(i + r - 1) % n]}
-        log=$OUT/r$r-$c.log
-        # An MPI run counts only if its ranks were on the two hosts.
-        if run_config "$c" "$r" >"$log" 2>&1 </dev/null && grep -q '^RESULT lat 8 ' "$log" &&
-            { [[ $c == sock_* ]] || grep -q '^RESULT hosts_distinct - 1$' "$log"; }; then
-            awk -v r="$r" -v c="$c" '$1 == "RESULT" && $3 != "-" { print r, c, $2, $3, $4 }' "$log" >>"$raw"
-            echo "ok   round $r $c"
-        else
-            echo "FAIL round $r $c (log: $log)"
-            failed=$((failed + 1))
-        fi
-    done
-done
+run_rounds "$raw" "$OUT" "$ROUNDS" pingpong "${configs[@]}"
 python3 "$here/twonode_report.py" --configs "${configs[*]}" "$raw"
 echo "raw results and logs: $OUT"
 [[ $failed == 0 ]]

@@ -1,9 +1,7 @@
 #!/usr/bin/env python3
 """bench/fi/twonode.sh's raw results (round config metric bytes value) as
 medians, ratios against the blocking socket, and the target."""
-import argparse
-import statistics
-from collections import defaultdict
+from results import load
 
 # Each MPI run against the socket in its placement (twonode.sh says why).
 FLOOR_OF = {"ompi_doorbell": "sock_block_1cpu", "ompi_tcp": "sock_block_1cpu",
@@ -14,17 +12,11 @@ GOAL = 1.5
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--configs", required=True)
-    ap.add_argument("raw")
-    a = ap.parse_args()
-    configs = a.configs.split()
-    vals = defaultdict(list)
-    for line in open(a.raw):
-        _, c, m, k, v = line.split()
-        vals[(c, m, int(k))].append(float(v))
-    med = {key: statistics.median(v) for key, v in vals.items()}
-    best = {key: (min(v) if key[1] == "lat" else max(v)) for key, v in vals.items()}
+    configs, raw_med, raw_best = load(__doc__)
+    # Sizes as numbers; the placement line (hosts_distinct, key "-") is the
+    # script's check, not a figure.
+    sized = lambda d: {(c, m, int(k)): v for (c, m, k), v in d.items() if k != "-"}
+    med, best = sized(raw_med), sized(raw_best)
     pairs = [(c, FLOOR_OF[c]) for c in configs if FLOOR_OF.get(c) in configs]
 
     def table(metric, title, sizes):
