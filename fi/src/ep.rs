@@ -458,6 +458,12 @@ impl Ep {
     }
 
     /// One progress pass over our window: deliver what the core has.
+    /// Would `progress` find anything to do now?  (Its first look, alone.)
+    #[inline]
+    pub fn may_have_work(&self) -> bool {
+        self.domain.core.ep.work_kind(self.window).unwrap_or(Work::Any) != Work::None || self.rndv.reads_pending()
+    }
+
     pub fn progress(&self) {
         let core = &self.domain.core;
         // The look the BTL makes too (plain loads): nothing, only
