@@ -221,10 +221,10 @@ impl Cq {
         eps.iter().filter_map(Weak::upgrade).filter(|e| !e.is_closed()).collect()
     }
 
-    /// The endpoint whose window a sleep waits on (wait.rs `sleep_eps`):
-    /// the first bound.
+    /// The endpoint whose window a sleep waits on (wait.rs `sleep_eps`
+    /// takes the first of `eps()`): the first bound that is open.
     fn sleeper(&self) -> Option<&Arc<Ep>> {
-        self.fast[0].get().filter(|e| !e.is_closed())
+        self.fast.iter().map_while(OnceLock::get).find(|e| !e.is_closed())
     }
 
     /// A wait begins: its spin's length, from the learner of the

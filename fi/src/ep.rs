@@ -457,21 +457,26 @@ impl Ep {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// One progress pass over our window: deliver what the core has.
-    /// Would `progress` find anything to do now?  (Its first look, alone.)
+    /// What a progress pass over our window could find now: None if
+    /// nothing.  The look the BTL makes too (plain loads): only
+    /// shared-memory messages (the short pass), or anything; one-copy
+    /// reads still pending make a full pass too.
     #[inline]
-    pub fn may_have_work(&self) -> bool {
-        self.domain.core.ep.work_kind(self.window).unwrap_or(Work::Any) != Work::None || self.rndv.reads_pending()
+    fn work(&self) -> Option<Work> {
+        let work = self.domain.core.ep.work_kind(self.window).unwrap_or(Work::Any);
+        (work != Work::None || self.rndv.reads_pending()).then_some(work)
     }
 
+    /// Would `progress` find anything to do now?  (Its look, alone.)
+    #[inline]
+    pub fn may_have_work(&self) -> bool {
+        self.work().is_some()
+    }
+
+    /// One progress pass over our window: deliver what the core has.
     pub fn progress(&self) {
         let core = &self.domain.core;
-        // The look the BTL makes too (plain loads): nothing, only
-        // shared-memory messages (the short pass), or anything.
-        let work = core.ep.work_kind(self.window).unwrap_or(Work::Any);
-        if work == Work::None && !self.rndv.reads_pending() {
-            return;
-        }
+        let Some(work) = self.work() else { return };
         // Another thread delivers (or sleeps delivering): it reports.
         let Ok(mut buf) = self.delivering.try_lock() else { return };
         let mut deliver = |task, tag, b: SharedBytes<'_>| self.deliver_in(&mut buf, task, tag, b);

@@ -198,9 +198,8 @@ impl Idle {
     }
 
     /// How many empty reads may pass unmeasured after the one that just
-    /// called `empty`: while spinning (not after a sleep, and not in a
-    /// wait without spin), IDLE_SAMPLE - 1.
-    /// A wait without spin measures every read: it is to sleep as soon as
+    /// called `empty`: while spinning, IDLE_SAMPLE - 1.  None after a
+    /// sleep, nor in a wait without spin: that one is to sleep as soon as
     /// two reads show the caller only polls.
     pub fn may_skip(&self) -> u32 {
         if self.policy == WaitPolicy::Adaptive && self.asleep.is_none() && self.budget_ns > 0 {
@@ -238,7 +237,6 @@ impl Idle {
     }
 
     fn adaptive(&mut self, entered: u64, now: u64, cpu: impl Fn() -> (usize, u64)) -> bool {
-        self.just_found = false;
         match &mut self.period {
             Some(p) => p.last = now,
             None => self.period = Some(Period { start: now, last: now, sleeps: self.sleeps }),
@@ -320,6 +318,8 @@ pub fn maybe_sleep(cq: &Cq, entered: Option<u64>, peeking: bool) -> bool {
         let mut idle = cq.idle.lock().unwrap_or_else(|p| p.into_inner());
         cq.idle_dirty.store(true, Ordering::Relaxed);
         if idle.begins_wait() {
+            // Never longer than ours: the learner's short spin over shared
+            // memory (50 us) can exceed a short FI_DOORBELL_SPIN_US.
             let full = core.settings.spin_us * 1000;
             idle.set_budget(cq.spin_begin().unwrap_or(full).min(full));
         }
