@@ -6,27 +6,15 @@
 //!
 //! Its own test binary: it counts the context switches of every FLIH
 //! thread of this process and the process's CPU time.
+//!
+//! The linger holds only while the FLIH has a CPU to itself (a yield that
+//! runs another thread ends it), so the test places the threads: the
+//! initiator on one CPU, the FLIHs on the other.
 
 mod common;
 use common::*;
 use doorbell::{Endpoint, ReadDone, ReadDst, RmaOp, ACCESS_READ};
 use std::time::{Duration, Instant};
-
-/// Voluntary context switches (blocking sleeps) of this process's FLIH
-/// threads so far.
-fn flih_sleeps() -> u64 {
-    let mut total = 0;
-    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if comm.trim() != "doorbell-flih" {
-            continue;
-        }
-        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
-        let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:")).unwrap();
-        total += line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap();
-    }
-    total
-}
 
 /// One get of `dst.len()` bytes, its completion polled for (the initiator
 /// spins, as osc rdma's blocking get does: its own FLIH stays out).
@@ -52,6 +40,13 @@ fn a_served_stream_takes_no_wakeup_per_request_and_an_idle_target_no_cpu() {
     let j = job();
     let (target, a) = (ep(&j, 0, 1), ep(&j, 1, 2));
     connect_all(&[&target, &a]);
+    let (initiator_cpu, flih_cpu) = two_cpus();
+    pin(0, initiator_cpu);
+    let flihs = flih_tids();
+    assert!(!flihs.is_empty(), "no doorbell-flih thread found");
+    for &t in &flihs {
+        pin(t, flih_cpu);
+    }
     let mem: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
     let base = mem.as_ptr() as u64;
     let key = target.expose_rma(base, mem.len() as u64, ACCESS_READ).unwrap();
@@ -62,9 +57,10 @@ fn a_served_stream_takes_no_wakeup_per_request_and_an_idle_target_no_cpu() {
     std::thread::sleep(Duration::from_millis(20));
 
     // Blocking after each request was one sleep (and one wake-up) each.
-    // The linger ends when its CPU is wanted by another thread (and an
-    // initiator preempted for longer ends it too): on a loaded machine a
-    // round may block often, so the best of a few rounds counts.
+    // The linger ends when its CPU is wanted by another thread (another
+    // job's, on a loaded machine), and an initiator preempted for longer
+    // ends it too: a round may block often then, so the best of a few
+    // rounds counts.
     let mut best = u64::MAX;
     for _ in 0..5 {
         let before = flih_sleeps();

@@ -52,17 +52,24 @@ const PID_POLL_NS: u64 = 100_000_000;
 /// (30-40 us on this VM, most of a 4 KiB get's round trip).  Bounded, so
 /// a target whose initiators stopped goes back to using no CPU.
 const RMA_LINGER_NS: u64 = 50_000;
-/// The connection set sits in the FLIH's set one-shot: it wakes the FLIH
-/// once, then only after a sleeper or a new connection re-arms it
-/// (`Flih::rearm_conns`).
+/// The connection set and the RMA reply set sit in the FLIH's set
+/// one-shot: armed by a sleeper (`Flih::rearm_conns`, `rearm_rma_out`),
+/// they wake the FLIH once.
 const CONNS_IN_FLIH: EpollFlags = EpollFlags::EPOLLIN.union(EpollFlags::EPOLLONESHOT);
+/// ... and they join it unarmed (the kernel adds EPOLLERR and EPOLLHUP,
+/// which an epoll set never reports).  Armed while no thread sleeps, a
+/// set woke the FLIH for every frame a polling thread then read first:
+/// such a wake finds nothing, so it never spent the one shot, and the FLIH
+/// took a context switch per message until it once won the race.
+const CONNS_UNARMED: EpollFlags = EpollFlags::EPOLLONESHOT;
 /// A pidfd's token: PID_BIT | task.
 const PID_BIT: u64 = 1 << 62;
 
 /// The FLIH's own state: its epoll set and what only it watches.
 pub(crate) struct Flih {
-    /// Shutdown, the listener, handshakes, pidfds, the pid-poll kick, and
-    /// the connection set (one-shot, CONNS_IN_FLIH).
+    /// Shutdown, the listener, handshakes, pidfds, the pid-poll kick, the
+    /// RMA request set, and the connection and RMA reply sets (one-shot,
+    /// CONNS_IN_FLIH).
     epoll: Epoll,
     shutdown: EventFd,
     listener: TcpListener,
@@ -90,9 +97,9 @@ impl Flih {
         epoll.add(&shutdown, readable(TOKEN_SHUTDOWN)).map_err(|_| Error::Internal)?;
         epoll.add(&listener, readable(TOKEN_LISTENER)).map_err(|_| Error::Internal)?;
         epoll.add(peers.pid_poll_kick(), readable(TOKEN_PID_POLL)).map_err(|_| Error::Internal)?;
-        epoll.add(&tcp.conn_set().0, EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS)).map_err(|_| Error::Internal)?;
+        epoll.add(&tcp.conn_set().0, EpollEvent::new(CONNS_UNARMED, TOKEN_CONNS)).map_err(|_| Error::Internal)?;
         epoll.add(&rma.serve_set().0, readable(TOKEN_RMA)).map_err(|_| Error::Internal)?;
-        epoll.add(&rma.out_set().0, EpollEvent::new(CONNS_IN_FLIH, TOKEN_RMA_OUT)).map_err(|_| Error::Internal)?;
+        epoll.add(&rma.out_set().0, EpollEvent::new(CONNS_UNARMED, TOKEN_RMA_OUT)).map_err(|_| Error::Internal)?;
         Ok(Flih { epoll, shutdown, listener, accepted_default_congestion, next_token: AtomicU64::new(3) })
     }
 

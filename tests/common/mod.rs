@@ -167,3 +167,56 @@ pub fn cpu_time() -> Duration {
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
+
+/// Voluntary context switches (blocking sleeps) of this process's FLIH
+/// threads so far.
+pub fn flih_sleeps() -> u64 {
+    flih_tids().into_iter().map(thread_sleeps).sum()
+}
+
+/// Voluntary context switches (blocking sleeps) of thread `tid` of this
+/// process so far.
+pub fn thread_sleeps(tid: libc::pid_t) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap_or_default();
+    let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// The ids of this process's FLIH threads.
+pub fn flih_tids() -> Vec<libc::pid_t> {
+    let mut tids = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "doorbell-flih" {
+            tids.push(t.file_name().to_str().unwrap().parse().unwrap());
+        }
+    }
+    tids
+}
+
+/// The first two CPUs this process may run on.
+pub fn two_cpus() -> (usize, usize) {
+    // SAFETY: all-zero is a valid cpu_set_t; sched_getaffinity writes at
+    // most size_of::<cpu_set_t>() bytes into the one we own.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
+        set
+    };
+    // SAFETY: CPU_ISSET reads the set we own, for indexes within its size.
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect();
+    assert!(cpus.len() >= 2, "this test places threads on two CPUs; allowed: {cpus:?}");
+    (cpus[0], cpus[1])
+}
+
+/// Bind thread `tid` (0: the calling thread) to `cpu`.
+pub fn pin(tid: libc::pid_t, cpu: usize) {
+    // SAFETY: all-zero is a valid cpu_set_t; CPU_SET writes within it for
+    // cpu < CPU_SETSIZE (cpu came from two_cpus); sched_setaffinity reads it.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(rc, 0, "sched_setaffinity({tid}, cpu {cpu}): {}", std::io::Error::last_os_error());
+}

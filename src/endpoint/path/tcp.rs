@@ -198,16 +198,23 @@ impl Inner {
     /// Track a connection and put it in the connection set (edge-triggered:
     /// whoever reads empties the socket: to EWOULDBLOCK or a short read).
     ///
-    /// Then re-arm the FLIH's one-shot watch of the set: a thread that went
-    /// to sleep while there was no connection left it unarmed, and this
-    /// connection's first frame must still wake it.
+    /// Then ring our sleeping windows: a thread that went to sleep while
+    /// there was no connection left the FLIH's watch of the set unarmed,
+    /// and this connection's first frame must still wake it.  Woken, it
+    /// sees the connection and arms the watch as it sleeps again.  The
+    /// count is the data a ring publishes (bell.rs): either the sleeper's
+    /// re-check after its arm sees it, or the ring sees the arm.  Arming
+    /// the watch here instead left it armed with nobody asleep (see
+    /// flih.rs, CONNS_UNARMED).
     pub(crate) fn add_conn(&self, c: &Arc<Conn>) -> Result<()> {
         let mut conns = lock(&self.tcp.conns);
         self.tcp.conn_epoll.add(&c.stream, EpollEvent::new(CONN_EVENTS, c.token)).map_err(|_| Error::Network)?;
         conns.insert(c.token, c.clone());
         self.tcp.conn_count.store(conns.len(), Ordering::Relaxed);
         drop(conns);
-        self.arm_flih_for_conns();
+        for w in 0..self.control.windows_open() {
+            self.ring_bell_quiet(&self.control, w, false);
+        }
         Ok(())
     }
 

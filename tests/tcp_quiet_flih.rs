@@ -1,0 +1,127 @@
+//! A FLIH is woken for a thread that sleeps, not for one that polls.
+//! Frames and RMA replies that a polling thread reads itself take no
+//! wake-up of the FLIH: a sleeper arms the FLIH's watch of the connection
+//! and reply sets.  Armed from the start instead, each frame woke the FLIH,
+//! which found the socket already read, did not spend its one shot, and
+//! so was woken again by the next frame until it once read first: a
+//! context switch per message (CI saw 420-449 per 400 RMA gets).
+//!
+//! Its own test binary: it counts context switches of FLIH threads.  The
+//! polling thread and the FLIHs are placed on two CPUs, so a FLIH wake-up
+//! never has to wait for the poller's CPU.
+
+mod common;
+use common::*;
+use doorbell::{Endpoint, ReadDone, ReadDst, RmaOp, ACCESS_READ};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The tests count one endpoint's FLIH; another test's endpoints must not
+/// be created meanwhile.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Wake-ups allowed in a run of 1000 messages: none is due (no thread
+/// sleeps), a stray one is no fault.  The old arming gave 4-17 for frames
+/// (the FLIH soon reads one first) and 34-525 for replies.
+const MAX_WAKES: u64 = 3;
+
+/// An endpoint and its FLIH thread's id.
+fn ep_with_flih(job: &str, task: u32, node: u64) -> (Endpoint, libc::pid_t) {
+    let before = flih_tids();
+    let e = ep(job, task, node);
+    // The thread names itself once it runs.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let new: Vec<_> = flih_tids().into_iter().filter(|t| !before.contains(t)).collect();
+        if !new.is_empty() {
+            assert_eq!(new.len(), 1, "one new FLIH thread per endpoint: {new:?}");
+            return (e, new[0]);
+        }
+        assert!(Instant::now() < deadline, "the endpoint's FLIH thread did not appear");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The test thread on one CPU, every FLIH on the other.
+fn place_threads() {
+    let (poller_cpu, flih_cpu) = two_cpus();
+    pin(0, poller_cpu);
+    for t in flih_tids() {
+        pin(t, flih_cpu);
+    }
+}
+
+#[test]
+fn frames_a_polling_receiver_reads_do_not_wake_its_flih() {
+    const MESSAGES: u64 = 1000;
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let j = job();
+    let (tx, _) = ep_with_flih(&j, 0, 1);
+    let (rx, rx_flih) = ep_with_flih(&j, 1, 2);
+    connect_all(&[&tx, &rx]);
+    place_threads();
+    let one = |i: u64| {
+        tx.send(1, 0, 3, &[&i.to_le_bytes()]).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut got = None;
+        while got.is_none() {
+            rx.progress(0, &mut |src, tag, b| {
+                assert_eq!((src, tag), (0, 3));
+                got = Some(u64::from_le_bytes(b.try_into().unwrap()));
+            })
+            .unwrap();
+            assert!(Instant::now() < deadline, "message {i} did not arrive");
+        }
+        assert_eq!(got, Some(i), "messages out of order");
+    };
+    // The connection opens with the first message.
+    one(0);
+    std::thread::sleep(Duration::from_millis(20));
+    let before = thread_sleeps(rx_flih);
+    for i in 1..=MESSAGES {
+        one(i);
+    }
+    let woken = thread_sleeps(rx_flih) - before;
+    println!("{MESSAGES} messages read by a polling receiver: its FLIH was woken {woken} times");
+    assert!(woken <= MAX_WAKES, "the receiver's FLIH was woken {woken} times for {MESSAGES} messages it did not read");
+}
+
+#[test]
+fn replies_a_polling_initiator_reads_do_not_wake_its_flih() {
+    const GETS: u64 = 1000;
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let j = job();
+    let (target, _) = ep_with_flih(&j, 0, 1);
+    let (a, a_flih) = ep_with_flih(&j, 1, 2);
+    connect_all(&[&target, &a]);
+    place_threads();
+    let mem: Vec<u8> = (0..64u32).map(|i| i as u8).collect();
+    let base = mem.as_ptr() as u64;
+    let key = target.expose_rma(base, mem.len() as u64, ACCESS_READ).unwrap();
+    let mut got = vec![0u8; 64];
+    let mut get = || {
+        got.fill(0);
+        // SAFETY: `got` outlives the op: we poll until it is reported.
+        let d = unsafe { ReadDst::new(got.as_mut_ptr(), got.len()) };
+        a.rma(0, 0, RmaOp::Get { len: got.len() as u64 }, base, key, &[], Some(d), 7).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut out = [ReadDone { cookie: 0, status: Ok(()) }; 1];
+        while a.reads_done(0, &mut out).unwrap() == 0 {
+            a.progress(0, &mut |_, _, _| {}).unwrap();
+            assert!(Instant::now() < deadline, "a get did not end");
+        }
+        assert_eq!(out[0].status, Ok(()));
+        assert!(got == mem, "the get's data differs");
+    };
+    // The channel opens with the first op.
+    get();
+    std::thread::sleep(Duration::from_millis(20));
+    let before = thread_sleeps(a_flih);
+    for _ in 0..GETS {
+        get();
+    }
+    let woken = thread_sleeps(a_flih) - before;
+    println!("{GETS} gets completed by a polling initiator: its FLIH was woken {woken} times");
+    assert!(woken <= MAX_WAKES, "the initiator's FLIH was woken {woken} times for {GETS} replies it did not read");
+    target.unexpose(key).unwrap();
+}
