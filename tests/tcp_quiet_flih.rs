@@ -1,10 +1,12 @@
 //! A FLIH is woken for a thread that sleeps, not for one that polls.
 //! Frames and RMA replies that a polling thread reads itself take no
 //! wake-up of the FLIH: a sleeper arms the FLIH's watch of the connection
-//! and reply sets.  Armed from the start instead, each frame woke the FLIH,
-//! which found the socket already read, did not spend its one shot, and
-//! so was woken again by the next frame until it once read first: a
-//! context switch per message (CI saw 420-449 per 400 RMA gets).
+//! and reply sets (set_watch.rs).  Armed from the start instead, each frame
+//! woke the FLIH, which found the socket already read, did not spend its
+//! one shot, and so was woken again by the next frame until it once read
+//! first: a context switch per message (CI saw 420-449 per 400 RMA gets).
+//! Left armed by a sleep that something else ended (here its timeout), it
+//! did the same.
 //!
 //! Its own test binary: it counts context switches of FLIH threads.  The
 //! polling thread and the FLIHs are placed on two CPUs, so a FLIH wake-up
@@ -12,7 +14,7 @@
 
 mod common;
 use common::*;
-use doorbell::{Endpoint, ReadDone, ReadDst, RmaOp, ACCESS_READ};
+use doorbell::{Endpoint, ReadDone, ReadDst, RmaOp, WaitMode, Woke, ACCESS_READ};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -21,8 +23,8 @@ use std::time::{Duration, Instant};
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Wake-ups allowed in a run of 1000 messages: none is due (no thread
-/// sleeps), a stray one is no fault.  The old arming gave 4-17 for frames
-/// (the FLIH soon reads one first) and 34-525 for replies.
+/// sleeps), a stray one is no fault.  The watch armed from the start gave
+/// 4-17 for frames (the FLIH soon reads one first) and 34-525 for replies.
 const MAX_WAKES: u64 = 3;
 
 /// An endpoint and its FLIH thread's id.
@@ -53,6 +55,28 @@ fn place_threads() {
 
 #[test]
 fn frames_a_polling_receiver_reads_do_not_wake_its_flih() {
+    let woken = frames_read_by_a_poller(1, false);
+    assert!(woken <= MAX_WAKES, "the receiver's FLIH was woken {woken} times for 1000 messages it did not read");
+}
+
+/// A sleep that something else ended (here its timeout) leaves the watch
+/// armed; the first frame after it may wake the FLIH once (set_watch.rs),
+/// later ones must not.  Before, the FLIH was woken until it once read a
+/// frame first: 2-6 times per sleep.
+#[test]
+fn frames_a_polling_receiver_reads_after_a_sleep_that_timed_out_do_not_wake_its_flih() {
+    const SLEEPS: u64 = 10;
+    let woken = frames_read_by_a_poller(SLEEPS, true);
+    assert!(
+        woken <= SLEEPS + MAX_WAKES,
+        "the receiver's FLIH was woken {woken} times for 1000 messages it did not read, after {SLEEPS} sleeps that timed out"
+    );
+}
+
+/// `rounds` rounds of 1000/rounds frames read by a polling receiver, each
+/// after a sleep of the receiver that its timeout ended if `slept`; how
+/// many times the receiver's FLIH was woken while the frames came.
+fn frames_read_by_a_poller(rounds: u64, slept: bool) -> u64 {
     const MESSAGES: u64 = 1000;
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let j = job();
@@ -77,13 +101,22 @@ fn frames_a_polling_receiver_reads_do_not_wake_its_flih() {
     // The connection opens with the first message.
     one(0);
     std::thread::sleep(Duration::from_millis(20));
-    let before = thread_sleeps(rx_flih);
-    for i in 1..=MESSAGES {
-        one(i);
+    let mut woken = 0;
+    let mut i = 1;
+    for _ in 0..rounds {
+        if slept {
+            let r = rx.wait(0, Some(WaitMode::Block), Some(Duration::from_millis(5)), &mut |_, _, _| panic!("no message was sent"));
+            assert!(matches!(r, Ok(Woke::Timeout)), "{r:?}");
+        }
+        let before = thread_sleeps(rx_flih);
+        for _ in 0..MESSAGES / rounds {
+            one(i);
+            i += 1;
+        }
+        woken += thread_sleeps(rx_flih) - before;
     }
-    let woken = thread_sleeps(rx_flih) - before;
-    println!("{MESSAGES} messages read by a polling receiver: its FLIH was woken {woken} times");
-    assert!(woken <= MAX_WAKES, "the receiver's FLIH was woken {woken} times for {MESSAGES} messages it did not read");
+    println!("{} messages read by a polling receiver in {rounds} round(s){}: its FLIH was woken {woken} times", i - 1, if slept { ", each after a sleep that timed out" } else { "" });
+    woken
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The FLIH: one epoll thread per process.  It watches the listener, the
 //! connections still in their handshake (pending.rs), the pidfds of
 //! same-host peers and, while some thread sleeps, the set of TCP
-//! connections, and turns readiness into window wake-ups (the SLIH,
+//! connections and the replies to our RMA ops (set_watch.rs), and turns
+//! readiness into window wake-ups (the SLIH,
 //! `Inner::wake_own`): the woken thread reads the socket itself.  It never
 //! runs user callbacks.  The RMA channels (path/rma.rs) it watches always
 //! and serves itself: one-sided operations complete whatever the
@@ -12,6 +13,7 @@ use crate::endpoint::path::rma::RmaSide;
 use crate::endpoint::path::tcp::TcpSide;
 use crate::endpoint::peers::Peers;
 use crate::endpoint::pending::{Listener, Pending, PendingSet, Step, PENDING_BIT};
+use crate::endpoint::set_watch::{SetWatch, Sleeper};
 use crate::endpoint::Inner;
 use crate::net::handshake;
 use crate::net::tcp::Conn;
@@ -40,8 +42,8 @@ const TOKEN_CONNS: u64 = 2;
 const TOKEN_PID_POLL: u64 = 3;
 /// The RMA channels we serve (path/rma.rs), watched always, level-triggered.
 const TOKEN_RMA: u64 = 4;
-/// Our own RMA channels, where replies come: one-shot, like the
-/// connection set, armed by a sleeper with ops in flight.
+/// Our own RMA channels, where replies come: watched like the connection
+/// set, for a sleeper with ops in flight.
 const TOKEN_RMA_OUT: u64 = 5;
 /// How often the FLIH checks the peers it could not watch with a pidfd.
 const PID_POLL_NS: u64 = 100_000_000;
@@ -52,25 +54,19 @@ const PID_POLL_NS: u64 = 100_000_000;
 /// (30-40 us on this VM, most of a 4 KiB get's round trip).  Bounded, so
 /// a target whose initiators stopped goes back to using no CPU.
 const RMA_LINGER_NS: u64 = 50_000;
-/// The connection set and the RMA reply set sit in the FLIH's set
-/// one-shot: armed by a sleeper (`Flih::rearm_conns`, `rearm_rma_out`),
-/// they wake the FLIH once.
-const CONNS_IN_FLIH: EpollFlags = EpollFlags::EPOLLIN.union(EpollFlags::EPOLLONESHOT);
-/// ... and they join it unarmed (the kernel adds EPOLLERR and EPOLLHUP,
-/// which an epoll set never reports).  Armed while no thread sleeps, a
-/// set woke the FLIH for every frame a polling thread then read first:
-/// such a wake finds nothing, so it never spent the one shot, and the FLIH
-/// took a context switch per message until it once won the race.
-const CONNS_UNARMED: EpollFlags = EpollFlags::EPOLLONESHOT;
 /// A pidfd's token: PID_BIT | task.
 const PID_BIT: u64 = 1 << 62;
 
 /// The FLIH's own state: its epoll set and what only it watches.
 pub(crate) struct Flih {
     /// Shutdown, the listener, handshakes, pidfds, the pid-poll kick, the
-    /// RMA request set, and the connection and RMA reply sets (one-shot,
-    /// CONNS_IN_FLIH).
+    /// RMA request set, and the connection and RMA reply sets (their
+    /// watches).
     epoll: Epoll,
+    /// The connection set, for sleepers (set_watch.rs).
+    conns: SetWatch,
+    /// Our RMA channels' replies, for sleepers with ops in flight.
+    rma_out: SetWatch,
     shutdown: EventFd,
     listener: TcpListener,
     /// The system's congestion control, given back to accepted connections
@@ -97,10 +93,12 @@ impl Flih {
         epoll.add(&shutdown, readable(TOKEN_SHUTDOWN)).map_err(|_| Error::Internal)?;
         epoll.add(&listener, readable(TOKEN_LISTENER)).map_err(|_| Error::Internal)?;
         epoll.add(peers.pid_poll_kick(), readable(TOKEN_PID_POLL)).map_err(|_| Error::Internal)?;
-        epoll.add(&tcp.conn_set().0, EpollEvent::new(CONNS_UNARMED, TOKEN_CONNS)).map_err(|_| Error::Internal)?;
         epoll.add(&rma.serve_set().0, readable(TOKEN_RMA)).map_err(|_| Error::Internal)?;
-        epoll.add(&rma.out_set().0, EpollEvent::new(CONNS_UNARMED, TOKEN_RMA_OUT)).map_err(|_| Error::Internal)?;
-        Ok(Flih { epoll, shutdown, listener, accepted_default_congestion, next_token: AtomicU64::new(3) })
+        let conns = SetWatch::new(tcp.conn_set().clone(), TOKEN_CONNS);
+        let rma_out = SetWatch::new(rma.out_set().clone(), TOKEN_RMA_OUT);
+        conns.join(&epoll).map_err(|_| Error::Internal)?;
+        rma_out.join(&epoll).map_err(|_| Error::Internal)?;
+        Ok(Flih { epoll, conns, rma_out, shutdown, listener, accepted_default_congestion, next_token: AtomicU64::new(3) })
     }
 
     pub(crate) fn new_token(&self) -> u64 {
@@ -116,16 +114,27 @@ impl Flih {
         let _ = self.epoll.delete(fd);
     }
 
-    /// Let the connection set wake the FLIH again (once: EPOLLONESHOT).
-    #[inline]
-    pub(crate) fn rearm_conns(&self, tcp: &TcpSide) {
-        let _ = self.epoll.modify(&tcp.conn_set().0, &mut EpollEvent::new(CONNS_IN_FLIH, TOKEN_CONNS));
+    /// A thread that armed its bell sleeps until the guard drops: the
+    /// connection set's next readiness wakes the FLIH, which rings it.
+    pub(crate) fn watch_conns(&self) -> Sleeper<'_> {
+        self.conns.sleeper(&self.epoll)
     }
 
-    /// Let replies to our RMA ops wake the FLIH again (once).
+    /// As `watch_conns`, for the replies to our RMA ops.
+    pub(crate) fn watch_rma_out(&self) -> Sleeper<'_> {
+        self.rma_out.sleeper(&self.epoll)
+    }
+
+    /// A pass found the connection set ready (see `SetWatch::found_ready`).
     #[inline]
-    pub(crate) fn rearm_rma_out(&self, rma: &RmaSide) {
-        let _ = self.epoll.modify(&rma.out_set().0, &mut EpollEvent::new(CONNS_IN_FLIH, TOKEN_RMA_OUT));
+    pub(crate) fn conns_found_ready(&self) {
+        self.conns.found_ready(&self.epoll);
+    }
+
+    /// A pass found replies to our RMA ops.
+    #[inline]
+    pub(crate) fn rma_out_found_ready(&self) {
+        self.rma_out.found_ready(&self.epoll);
     }
 
     /// End the thread's loop (Endpoint's drop).
@@ -222,14 +231,20 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
                         paused_until = Some(sys::now_ns() + ACCEPT_PAUSE_NS);
                     }
                 }
-                TOKEN_CONNS => inner.wake_sleepers_for_conns(),
+                TOKEN_CONNS => {
+                    inner.flih.conns.fired();
+                    inner.wake_sleepers_for_conns();
+                }
                 TOKEN_PID_POLL => inner.poll_pids(),
                 TOKEN_RMA => {
                     if inner.poll_rma_served() {
                         rma_served_at = Some(sys::now_ns());
                     }
                 }
-                TOKEN_RMA_OUT => inner.poll_rma_out(),
+                TOKEN_RMA_OUT => {
+                    inner.flih.rma_out.fired();
+                    inner.poll_rma_out();
+                }
                 #[cfg(test)]
                 TOKEN_TEST_PANIC => panic!("test hook"),
                 t if t & PID_BIT != 0 => inner.process_exited((t & !PID_BIT) as u32),

@@ -21,6 +21,7 @@ mod flih;
 pub(crate) mod learner;
 mod path;
 mod peers;
+mod set_watch;
 mod spin;
 pub(crate) mod pending;
 mod task_table;

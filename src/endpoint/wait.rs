@@ -231,13 +231,11 @@ impl Inner {
             // Frames this thread holds may be what brings the wake-up.
             crate::net::batch::flush_held();
             let token = bell::arm(word);
-            if self.tcp.has_conns() {
-                self.arm_flih_for_conns();
-            }
-            // Replies to our RMA ops, which only passes read otherwise.
-            if self.rma.in_flight() {
-                self.flih.rearm_rma_out(&self.rma);
-            }
+            // The FLIH watches the sockets while we sleep (set_watch.rs):
+            // frames, and replies to our RMA ops, which only passes read
+            // otherwise.
+            let conns = self.tcp.has_conns().then(|| self.flih.watch_conns());
+            let replies = self.rma.in_flight().then(|| self.flih.watch_rma_out());
             // Local senders may ring lightly (bell.rs); a refused barrier
             // (never seen after a registration that worked) means polling on.
             let barred = self.control.header().light_rings.load(Ordering::Relaxed) != 0 && !bell::heavy_barrier();
@@ -259,6 +257,9 @@ impl Inner {
                     self.note_sleep_timeout(window);
                 }
             }
+            // Awake: a pass that finds the sockets ready may unload the
+            // watch now.
+            drop((conns, replies));
             let d = self.progress(window, cb);
             if d.shm > 0 {
                 bump(&self.counters.shm_wakeups);

@@ -206,7 +206,9 @@ impl Inner {
     /// Complete the ops whose replies arrived (a progress pass while ops
     /// are in flight; the FLIH while a thread sleeps).
     pub(crate) fn poll_rma_out(&self) {
-        let _ = self.poll_rma(&self.rma.out);
+        if self.poll_rma(&self.rma.out) > 0 {
+            self.flih.rma_out_found_ready();
+        }
     }
 
     /// Handle what `set` reports now, without blocking; how many channels

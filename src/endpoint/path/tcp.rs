@@ -205,7 +205,7 @@ impl Inner {
     /// count is the data a ring publishes (bell.rs): either the sleeper's
     /// re-check after its arm sees it, or the ring sees the arm.  Arming
     /// the watch here instead left it armed with nobody asleep (see
-    /// flih.rs, CONNS_UNARMED).
+    /// set_watch.rs).
     pub(crate) fn add_conn(&self, c: &Arc<Conn>) -> Result<()> {
         let mut conns = lock(&self.tcp.conns);
         self.tcp.conn_epoll.add(&c.stream, EpollEvent::new(CONN_EVENTS, c.token)).map_err(|_| Error::Network)?;
@@ -249,6 +249,9 @@ impl Inner {
         let mut events = [EpollEvent::empty(); 32];
         loop {
             let n = sys::epoll_wait(&self.tcp.conn_epoll, &mut events, 0).unwrap_or(0);
+            if n > 0 {
+                self.flih.conns_found_ready();
+            }
             for ev in &events[..n] {
                 let (token, bits) = (ev.data(), ev.events());
                 let Some(conn) = lock(&self.tcp.conns).get(&token).cloned() else { continue };
@@ -265,14 +268,6 @@ impl Inner {
                 return;
             }
         }
-    }
-
-    /// Let the connection set wake the FLIH again (once: EPOLLONESHOT).  A
-    /// sleeper calls this after arming its bell, so a packet that arrived
-    /// before (still reported by the set) or after fires the FLIH, which
-    /// rings the bell.
-    pub(crate) fn arm_flih_for_conns(&self) {
-        self.flih.rearm_conns(&self.tcp);
     }
 
     /// FLIH: a connection is ready while some thread sleeps.  Ring the armed
