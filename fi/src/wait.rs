@@ -72,12 +72,19 @@ fn this_thread() -> (usize, u64) {
 }
 
 /// A spin window: empty reads on one thread since its CPU time was
-/// `cpu0` (None for its first spin: a window that a find ends soon,
-/// as in a ping-pong, costs no clock system call).
+/// `cpu0`, or since the wall clock read `wall0`.  Neither for its first
+/// spin: a window that a find ends soon, as in a ping-pong, costs no
+/// clock system call.  Then the wall clock measures (no system call):
+/// a thread's CPU time never runs ahead of the wall clock, so reads that
+/// leave no wall time between them leave no CPU time either, and the
+/// caller only polls.  Only a window with wall time between its reads
+/// (work, a yield, a preemption) asks the CPU clock, a system call, which
+/// tells work from the rest.
 #[derive(Debug, Clone, Copy)]
 struct Window {
     thread: usize,
     cpu0: Option<u64>,
+    wall0: Option<u64>,
     reads: u64,
     /// CPU spent inside those reads (estimated: wall time, each read's
     /// capped at READ_CPU_NS).
@@ -215,10 +222,11 @@ impl Idle {
         self.skipped += n as u64;
     }
 
-    /// An empty read that began at `entered` and decides at `now`, with
-    /// the endpoints' post count and a way to read the thread's (identity,
-    /// CPU time): the bound to sleep for, if it should sleep.
-    pub fn empty(&mut self, entered: u64, now: u64, posts: u64, cpu: impl Fn() -> (usize, u64)) -> Option<Duration> {
+    /// An empty read that began at `entered` and decides at `now` on
+    /// thread `me`, with the endpoints' post count and a way to read the
+    /// thread's (identity, CPU time): the bound to sleep for, if it should
+    /// sleep.
+    pub fn empty(&mut self, entered: u64, now: u64, posts: u64, me: usize, cpu: impl Fn() -> (usize, u64)) -> Option<Duration> {
         if posts != self.posts {
             self.posts = posts;
             self.reset();
@@ -226,7 +234,7 @@ impl Idle {
         let sleep = match self.policy {
             WaitPolicy::Poll => false,
             WaitPolicy::Block => !std::mem::take(&mut self.just_found),
-            WaitPolicy::Adaptive => self.adaptive(entered, now, cpu),
+            WaitPolicy::Adaptive => self.adaptive(entered, now, me, cpu),
         };
         if !sleep {
             return None;
@@ -236,7 +244,7 @@ impl Idle {
         Some(d)
     }
 
-    fn adaptive(&mut self, entered: u64, now: u64, cpu: impl Fn() -> (usize, u64)) -> bool {
+    fn adaptive(&mut self, entered: u64, now: u64, me: usize, cpu: impl Fn() -> (usize, u64)) -> bool {
         match &mut self.period {
             Some(p) => p.last = now,
             None => self.period = Some(Period { start: now, last: now, sleeps: self.sleeps }),
@@ -250,7 +258,7 @@ impl Idle {
             self.spinning = Some(self.measured(now, me, c));
             return false;
         }
-        let w = self.spinning.unwrap_or(Window { thread: 0, cpu0: None, reads: 0, in_reads: 0, check_at: now + self.budget_ns });
+        let w = self.spinning.unwrap_or(Window { thread: 0, cpu0: None, wall0: None, reads: 0, in_reads: 0, check_at: now + self.budget_ns });
         // This read stands for the ones that passed unmeasured before it.
         let weight = 1 + std::mem::take(&mut self.skipped);
         let in_read = now.saturating_sub(entered).min(READ_CPU_NS);
@@ -259,9 +267,26 @@ impl Idle {
         if now < w.check_at {
             return false;
         }
+        if let Some(wall0) = w.wall0.filter(|_| me == w.thread) {
+            if now.saturating_sub(wall0).saturating_sub(w.in_reads) <= w.reads * GAP_NS {
+                self.spinning = None;
+                return true;
+            }
+            // Wall time between the reads: only the CPU clock tells work
+            // from a yield or a preemption.
+            let (me, c) = cpu();
+            self.spinning = Some(self.measured(now, me, c));
+            return false;
+        }
+        if w.cpu0.is_none() || w.wall0.is_some() {
+            // The spin passed (or another thread reads): from now on,
+            // measure, by the wall clock first.
+            let check_at = now + self.budget_ns / 2;
+            self.spinning = Some(Window { thread: me, cpu0: None, wall0: Some(now), reads: 0, in_reads: 0, check_at });
+            return false;
+        }
         let (me, c) = cpu();
         let Some(cpu0) = w.cpu0.filter(|_| me == w.thread) else {
-            // The spin passed: from now on, measure.
             self.spinning = Some(self.measured(now, me, c));
             return false;
         };
@@ -281,7 +306,7 @@ impl Idle {
 
     /// A window that measures from now (half the spin's length).
     fn measured(&self, now: u64, thread: usize, cpu0: u64) -> Window {
-        Window { thread, cpu0: Some(cpu0), reads: 0, in_reads: 0, check_at: now + self.budget_ns / 2 }
+        Window { thread, cpu0: Some(cpu0), wall0: None, reads: 0, in_reads: 0, check_at: now + self.budget_ns / 2 }
     }
 
     /// The read that slept returns now, on this thread at this CPU time.
@@ -323,7 +348,7 @@ pub fn maybe_sleep(cq: &Cq, entered: Option<u64>, peeking: bool) -> bool {
             let full = core.settings.spin_us * 1000;
             idle.set_budget(cq.spin_begin().unwrap_or(full).min(full));
         }
-        let verdict = idle.empty(entered, now_ns(), core.posts(), this_thread);
+        let verdict = idle.empty(entered, now_ns(), core.posts(), thread_id(), this_thread);
         if verdict.is_none() {
             // The next reads pass unmeasured; the next measured one
             // counts for them.
@@ -430,7 +455,7 @@ mod tests {
             cpu.set(cpu.get() + 1_000);
             if left > 0 {
                 left -= 1;
-            } else if i.empty(t, t + 800, 0, clock(&cpu)).is_some() {
+            } else if i.empty(t, t + 800, 0, 1, clock(&cpu)).is_some() {
                 return Some(n);
             } else {
                 let k = i.may_skip().min(sample - 1);
@@ -481,20 +506,20 @@ mod tests {
         // measured on the CPU clock.
         for _ in 0..149 {
             cpu.set(cpu.get() + 1_000);
-            assert_eq!(i.empty(t, t + 800, 0, clock(&cpu)), None);
+            assert_eq!(i.empty(t, t + 800, 0, 1, clock(&cpu)), None);
             t += 1_000;
         }
         cpu.set(cpu.get() + 2_000);
-        assert_eq!(i.empty(t, t + 1_800, 0, clock(&cpu)), Some(Duration::from_micros(1000)));
+        assert_eq!(i.empty(t, t + 1_800, 0, 1, clock(&cpu)), Some(Duration::from_micros(1000)));
         i.slept(1, cpu.get());
         // Asleep, a read after a long gap with no CPU used (a yield, a
         // preemption) sleeps again; the bound doubles up to the maximum.
         cpu.set(cpu.get() + 3_000);
-        assert_eq!(i.empty(t + 50_000, t + 50_500, 0, clock(&cpu)), Some(Duration::from_micros(2000)));
+        assert_eq!(i.empty(t + 50_000, t + 50_500, 0, 1, clock(&cpu)), Some(Duration::from_micros(2000)));
         i.slept(1, cpu.get());
-        assert_eq!(i.empty(t + 90_000, t + 90_500, 0, clock(&cpu)), Some(Duration::from_micros(4000)));
+        assert_eq!(i.empty(t + 90_000, t + 90_500, 0, 1, clock(&cpu)), Some(Duration::from_micros(4000)));
         i.slept(1, cpu.get());
-        assert_eq!(i.empty(t + 99_000, t + 99_500, 0, clock(&cpu)), Some(Duration::from_micros(4000)));
+        assert_eq!(i.empty(t + 99_000, t + 99_500, 0, 1, clock(&cpu)), Some(Duration::from_micros(4000)));
     }
 
     #[test]
@@ -508,7 +533,7 @@ mod tests {
         for n in 0..40 {
             t += 300_000;
             cpu.set(cpu.get() + 3_000);
-            if i.empty(t, t + 500, 0, clock(&cpu)).is_some() {
+            if i.empty(t, t + 500, 0, 1, clock(&cpu)).is_some() {
                 slept = Some(n);
                 break;
             }
@@ -521,11 +546,11 @@ mod tests {
         let mut i = idle(WaitPolicy::Adaptive);
         let cpu = Cell::new(0);
         let t = 1_000_000_000;
-        assert_eq!(i.empty(t, t + 500, 0, clock(&cpu)), None);
-        assert_eq!(i.empty(t, t + 100_500, 0, clock(&cpu)), None, "measuring starts");
+        assert_eq!(i.empty(t, t + 500, 0, 1, clock(&cpu)), None);
+        assert_eq!(i.empty(t, t + 100_500, 0, 1, clock(&cpu)), None, "measuring starts");
         // Preempted for 4 ms: the window's wall time is over, its CPU is not.
         cpu.set(1_000);
-        assert_eq!(i.empty(t + 4_000_000, t + 4_000_500, 0, clock(&cpu)), None);
+        assert_eq!(i.empty(t + 4_000_000, t + 4_000_500, 0, 1, clock(&cpu)), None);
     }
 
     #[test]
@@ -537,7 +562,7 @@ mod tests {
             // 20 us of the caller's work, then a read that is preempted
             // inside for 400 us of wall time.
             cpu.set(cpu.get() + 21_000);
-            assert_eq!(i.empty(t, t + 400_000, 0, clock(&cpu)), None, "read {n}");
+            assert_eq!(i.empty(t, t + 400_000, 0, 1, clock(&cpu)), None, "read {n}");
             t += 420_000;
         }
     }
@@ -551,7 +576,7 @@ mod tests {
             // 20 us of the caller's own work between reads
             t += 20_000;
             cpu.set(cpu.get() + 20_000);
-            assert_eq!(i.empty(t, t + 500, 0, clock(&cpu)), None);
+            assert_eq!(i.empty(t, t + 500, 0, 1, clock(&cpu)), None);
         }
     }
 
@@ -560,12 +585,12 @@ mod tests {
         let mut i = idle(WaitPolicy::Adaptive);
         let cpu = Cell::new(30_000);
         i.asleep = Some((1, 0));
-        assert_eq!(i.empty(0, 1_000_000, 0, clock(&cpu)), None, "30 us of its own CPU since the sleep");
+        assert_eq!(i.empty(0, 1_000_000, 0, 1, clock(&cpu)), None, "30 us of its own CPU since the sleep");
         assert!(i.asleep.is_none());
         i.asleep = Some((1, 0));
-        assert_eq!(i.empty(0, 2_000_000, 0, || (2, 0)), None, "another thread reads");
+        assert_eq!(i.empty(0, 2_000_000, 0, 2, || (2, 0)), None, "another thread reads");
         i.asleep = Some((1, 30_000));
-        assert_eq!(i.empty(0, 3_000_000, 7, clock(&cpu)), None, "an operation was posted");
+        assert_eq!(i.empty(0, 3_000_000, 7, 1, clock(&cpu)), None, "an operation was posted");
         assert!(i.asleep.is_none());
     }
 
@@ -574,16 +599,16 @@ mod tests {
         let mut p = idle(WaitPolicy::Poll);
         let mut b = idle(WaitPolicy::Block);
         for t in 1..1000u64 {
-            assert_eq!(p.empty(t * 10, t * 10, 0, || (1, 0)), None);
+            assert_eq!(p.empty(t * 10, t * 10, 0, 1, || (1, 0)), None);
         }
-        assert_eq!(b.empty(5, 5, 0, || (1, 0)), Some(Duration::from_micros(1000)));
-        assert_eq!(b.empty(6, 6, 0, || (1, 0)), Some(Duration::from_micros(2000)));
+        assert_eq!(b.empty(5, 5, 0, 1, || (1, 0)), Some(Duration::from_micros(1000)));
+        assert_eq!(b.empty(6, 6, 0, 1, || (1, 0)), Some(Duration::from_micros(2000)));
         b.found();
-        assert_eq!(b.empty(7, 7, 0, || (1, 0)), None, "the read right after a find is the caller draining");
-        assert_eq!(b.empty(8, 8, 0, || (1, 0)), Some(Duration::from_micros(1000)), "a find resets the bound");
+        assert_eq!(b.empty(7, 7, 0, 1, || (1, 0)), None, "the read right after a find is the caller draining");
+        assert_eq!(b.empty(8, 8, 0, 1, || (1, 0)), Some(Duration::from_micros(1000)), "a find resets the bound");
         b.found();
-        assert_eq!(b.empty(9, 9, 3, || (1, 0)), None, "a post after the find changes nothing");
-        assert_eq!(b.empty(10, 10, 3, || (1, 0)), Some(Duration::from_micros(1000)));
+        assert_eq!(b.empty(9, 9, 3, 1, || (1, 0)), None, "a post after the find changes nothing");
+        assert_eq!(b.empty(10, 10, 3, 1, || (1, 0)), Some(Duration::from_micros(1000)));
     }
 
     #[test]
@@ -592,16 +617,16 @@ mod tests {
         assert_eq!(i.found(), None, "no read measured a wait");
         let cpu = Cell::new(0);
         assert!(i.begins_wait());
-        assert_eq!(i.empty(1_000, 1_500, 0, clock(&cpu)), None);
+        assert_eq!(i.empty(1_000, 1_500, 0, 1, clock(&cpu)), None);
         assert!(!i.begins_wait());
-        assert_eq!(i.empty(31_000, 31_500, 0, clock(&cpu)), None);
+        assert_eq!(i.empty(31_000, 31_500, 0, 1, clock(&cpu)), None);
         assert_eq!(i.found(), Some(Lesson::Awake { waited_ns: 30_000 }), "from the first measured read to the last");
         assert!(i.begins_wait(), "a find ends the wait");
-        assert_eq!(i.empty(40_000, 40_500, 0, clock(&cpu)), None);
+        assert_eq!(i.empty(40_000, 40_500, 0, 1, clock(&cpu)), None);
         i.slept(1, 0);
         assert_eq!(i.found(), Some(Lesson::Woken));
-        assert_eq!(i.empty(50_000, 50_500, 0, clock(&cpu)), None);
-        assert_eq!(i.empty(60_000, 60_500, 9, clock(&cpu)), None);
+        assert_eq!(i.empty(50_000, 50_500, 0, 1, clock(&cpu)), None);
+        assert_eq!(i.empty(60_000, 60_500, 9, 1, clock(&cpu)), None);
         assert_eq!(i.found(), Some(Lesson::Awake { waited_ns: 0 }), "a post begins a new wait");
     }
 
@@ -618,7 +643,7 @@ mod tests {
         let mut slept = None;
         for n in 0..10 {
             cpu.set(cpu.get() + 1_000);
-            if i.empty(t, t + 800, 0, clock(&cpu)).is_some() {
+            if i.empty(t, t + 800, 0, 1, clock(&cpu)).is_some() {
                 slept = Some(n);
                 break;
             }
@@ -626,13 +651,26 @@ mod tests {
         }
         assert_eq!(slept, Some(1));
         assert_eq!(i.may_skip(), 0, "such a wait measures every read");
+        i.slept(1, cpu.get());
+        // Found; the next wait decides by the wall clock alone: reads with
+        // no time between them take no CPU-clock system call.
+        i.found();
+        i.set_budget(0);
+        let asked = Cell::new(0);
+        let counted = || {
+            asked.set(asked.get() + 1);
+            (1, cpu.get())
+        };
+        assert_eq!(i.empty(t, t + 800, 0, 1, counted), None);
+        assert!(i.empty(t + 1_000, t + 1_800, 0, 1, counted).is_some());
+        assert_eq!(asked.get(), 0, "the CPU clock was read");
         // A caller that computes between reads still never sleeps.
         let mut i = idle(WaitPolicy::Adaptive);
         i.set_budget(0);
         for _ in 0..1_000 {
             t += 20_000;
             cpu.set(cpu.get() + 20_000);
-            assert_eq!(i.empty(t, t + 500, 0, clock(&cpu)), None);
+            assert_eq!(i.empty(t, t + 500, 0, 1, clock(&cpu)), None);
         }
     }
 }
