@@ -15,7 +15,7 @@
 mod common;
 use common::*;
 use doorbell::{Endpoint, ReadDone, ReadDst, RmaOp, WaitMode, Woke, ACCESS_READ};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The tests count one endpoint's FLIH; another test's endpoints must not
@@ -44,13 +44,21 @@ fn ep_with_flih(job: &str, task: u32, node: u64) -> (Endpoint, libc::pid_t) {
     }
 }
 
-/// The test thread on one CPU, every FLIH on the other.
-fn place_threads() {
+/// Two connected endpoints, tasks 0 and 1 on two nodes, and the second
+/// one's FLIH; the test thread on one CPU, every FLIH on the other.  The
+/// guard keeps other tests' endpoints out while it lives.
+fn placed_pair() -> (MutexGuard<'static, ()>, Endpoint, Endpoint, libc::pid_t) {
+    let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let j = job();
+    let (first, _) = ep_with_flih(&j, 0, 1);
+    let (second, second_flih) = ep_with_flih(&j, 1, 2);
+    connect_all(&[&first, &second]);
     let (poller_cpu, flih_cpu) = two_cpus();
     pin(0, poller_cpu);
     for t in flih_tids() {
         pin(t, flih_cpu);
     }
+    (serial, first, second, second_flih)
 }
 
 #[test]
@@ -78,12 +86,7 @@ fn frames_a_polling_receiver_reads_after_a_sleep_that_timed_out_do_not_wake_its_
 /// many times the receiver's FLIH was woken while the frames came.
 fn frames_read_by_a_poller(rounds: u64, slept: bool) -> u64 {
     const MESSAGES: u64 = 1000;
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let j = job();
-    let (tx, _) = ep_with_flih(&j, 0, 1);
-    let (rx, rx_flih) = ep_with_flih(&j, 1, 2);
-    connect_all(&[&tx, &rx]);
-    place_threads();
+    let (_serial, tx, rx, rx_flih) = placed_pair();
     let one = |i: u64| {
         tx.send(1, 0, 3, &[&i.to_le_bytes()]).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -122,12 +125,7 @@ fn frames_read_by_a_poller(rounds: u64, slept: bool) -> u64 {
 #[test]
 fn replies_a_polling_initiator_reads_do_not_wake_its_flih() {
     const GETS: u64 = 1000;
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let j = job();
-    let (target, _) = ep_with_flih(&j, 0, 1);
-    let (a, a_flih) = ep_with_flih(&j, 1, 2);
-    connect_all(&[&target, &a]);
-    place_threads();
+    let (_serial, target, a, a_flih) = placed_pair();
     let mem: Vec<u8> = (0..64u32).map(|i| i as u8).collect();
     let base = mem.as_ptr() as u64;
     let key = target.expose_rma(base, mem.len() as u64, ACCESS_READ).unwrap();
