@@ -278,9 +278,10 @@ impl Idle {
             self.spinning = Some(self.measured(now, me, c));
             return false;
         }
-        if w.cpu0.is_none() || w.wall0.is_some() {
-            // The spin passed (or another thread reads): from now on,
-            // measure, by the wall clock first.
+        if w.cpu0.is_none() {
+            // The spin passed (or another thread reads a window the wall
+            // clock measured): from now on, measure, by the wall clock
+            // first.
             let check_at = now + self.budget_ns / 2;
             self.spinning = Some(Window { thread: me, cpu0: None, wall0: Some(now), reads: 0, in_reads: 0, check_at });
             return false;
