@@ -27,32 +27,23 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// 4-17 for frames (the FLIH soon reads one first) and 34-525 for replies.
 const MAX_WAKES: u64 = 3;
 
-/// An endpoint and its FLIH thread's id.
-fn ep_with_flih(job: &str, task: u32, node: u64) -> (Endpoint, libc::pid_t) {
-    let before = flih_tids();
-    let e = ep(job, task, node);
-    // The thread names itself once it runs.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let new: Vec<_> = flih_tids().into_iter().filter(|t| !before.contains(t)).collect();
-        if !new.is_empty() {
-            assert_eq!(new.len(), 1, "one new FLIH thread per endpoint: {new:?}");
-            return (e, new[0]);
-        }
-        assert!(Instant::now() < deadline, "the endpoint's FLIH thread did not appear");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// Two connected endpoints, tasks 0 and 1 on two nodes, and the second
 /// one's FLIH; the test thread on one CPU, every FLIH on the other.  The
 /// guard keeps other tests' endpoints out while it lives.
 fn placed_pair() -> (MutexGuard<'static, ()>, Endpoint, Endpoint, libc::pid_t) {
     let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let j = job();
-    let (first, _) = ep_with_flih(&j, 0, 1);
-    let (second, second_flih) = ep_with_flih(&j, 1, 2);
+    let first = ep(&j, 0, 1);
+    let before = thread_tids();
+    let second = ep(&j, 1, 2);
+    let new: Vec<_> = thread_tids().into_iter().filter(|t| !before.contains(t)).collect();
+    // The FLIHs have run (and named themselves) once they answered the
+    // handshakes.  Threads the test harness started meanwhile have other
+    // names.
     connect_all(&[&first, &second]);
+    let flihs: Vec<_> = new.into_iter().filter(|&t| thread_name(t) == "doorbell-flih").collect();
+    assert_eq!(flihs.len(), 1, "the second endpoint's FLIH thread: {flihs:?}");
+    let second_flih = flihs[0];
     let (poller_cpu, flih_cpu) = two_cpus();
     pin(0, poller_cpu);
     for t in flih_tids() {

@@ -184,14 +184,21 @@ pub fn thread_sleeps(tid: libc::pid_t) -> u64 {
 
 /// The ids of this process's FLIH threads.
 pub fn flih_tids() -> Vec<libc::pid_t> {
-    let mut tids = Vec::new();
-    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if comm.trim() == "doorbell-flih" {
-            tids.push(t.file_name().to_str().unwrap().parse().unwrap());
-        }
-    }
-    tids
+    thread_tids().into_iter().filter(|&t| thread_name(t) == "doorbell-flih").collect()
+}
+
+/// The ids of this process's threads (a thread is listed from its
+/// creation, before it runs).
+pub fn thread_tids() -> Vec<libc::pid_t> {
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap().flatten();
+    tasks.map(|t| t.file_name().to_str().unwrap().parse().unwrap()).collect()
+}
+
+/// Thread `tid`'s name ("" if it ended).  A thread names itself once it
+/// runs.
+pub fn thread_name(tid: libc::pid_t) -> String {
+    let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap_or_default();
+    comm.trim().to_string()
 }
 
 /// The first two CPUs this process may run on.
