@@ -151,7 +151,9 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
     guard(EOTHER, || {
         // SAFETY: the application closes a fid we made.
         let Some(c) = (unsafe { from_fid(f) }) else { return EINVAL };
-        crate::debug!("cq close: {} sleeps", c.inner.idle.lock().unwrap_or_else(|p| p.into_inner()).sleeps);
+        let idle = c.inner.idle.lock().unwrap_or_else(|p| p.into_inner());
+        crate::debug!("cq close: {} sleeps, {} waits off the cpu", idle.sleeps, idle.off_cpu_waits);
+        drop(idle);
         if let Some(w) = &c.inner.wait_fd {
             w.stop();
         }
@@ -228,10 +230,13 @@ impl Cq {
     }
 
     /// A wait begins: its spin's length, from the learner of the
-    /// sleeper's window (None without an open endpoint).
-    pub fn spin_begin(&self) -> Option<u64> {
+    /// sleeper's window, and whether it spins for a TCP message (None
+    /// without an open endpoint).
+    pub fn spin_begin(&self) -> Option<(u64, bool)> {
         let ep = self.sleeper()?;
-        self.domain.core.ep.spin_begin(ep.window, Some(doorbell::WaitMode::Adaptive)).ok()
+        let core = &self.domain.core.ep;
+        let ns = core.spin_begin(ep.window, Some(doorbell::WaitMode::Adaptive)).ok()?;
+        Some((ns, core.spin_for_tcp(ep.window).unwrap_or(false)))
     }
 
     /// The wait ended with a find: teach the learner how.
@@ -239,6 +244,7 @@ impl Cq {
         let Some(ep) = self.sleeper() else { return };
         let ended = match l {
             Lesson::Awake { waited_ns } => doorbell::SpinEnded::Awake { waited_ns },
+            Lesson::OffCpu => doorbell::SpinEnded::OffCpu,
             Lesson::Woken => doorbell::SpinEnded::Woken,
         };
         let _ = self.domain.core.ep.spin_end(ep.window, ended, false);
@@ -406,7 +412,8 @@ impl Cq {
     fn found(&self) {
         if self.idle_dirty.load(Ordering::Relaxed) {
             self.idle_dirty.store(false, Ordering::Relaxed);
-            let lesson = self.idle.lock().unwrap_or_else(|p| p.into_inner()).found();
+            let clocks = || (crate::wait::now_ns(), crate::wait::this_thread());
+            let lesson = self.idle.lock().unwrap_or_else(|p| p.into_inner()).found(clocks);
             if let Some(l) = lesson {
                 self.spin_end(l);
             }

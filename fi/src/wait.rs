@@ -16,7 +16,11 @@
 //! endpoint's window (learner.rs there), told at every find how the wait
 //! ended: a message that came while the caller still polled (and soon
 //! enough) says spinning pays; one that came only after a sleep says it
-//! does not, and after a few of those the spin is cut short: over TCP to
+//! does not, and so does one that came over TCP while the polling thread
+//! was mostly off its CPU (`Lesson::OffCpu`: preempted, it caught the
+//! message no sooner, and its peer needed that CPU to send it; the CPU
+//! clock is read when such a wait begins and ends).  After a few vain
+//! waits the spin is cut short: over TCP to
 //! nothing, so a rank whose spin holds the CPU its message needs (two
 //! ranks bound to one CPU, the kernel's packet work) sleeps at once.
 //!
@@ -40,6 +44,11 @@ const GAP_NS: u64 = 5_000;
 /// After a sleep, the caller is still idle if its thread used less CPU
 /// than this until the next read.
 const CPU_GAP_NS: u64 = 10_000;
+/// A wait that ended awake spun in vain if its thread spent more than
+/// this, and more than half the wait, off the CPU: preempted, it caught
+/// the message no sooner than a sleep would have, and held the CPU that
+/// whoever answers it needed (two ranks and their packets on one CPU).
+const OFF_CPU_NS: u64 = 5_000;
 /// While spinning, one empty read in this many is measured (the others
 /// count down `Cq::idle_skip`).
 pub const IDLE_SAMPLE: u32 = 16;
@@ -67,7 +76,7 @@ fn thread_cpu_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
-fn this_thread() -> (usize, u64) {
+pub fn this_thread() -> (usize, u64) {
     (thread_id(), thread_cpu_ns())
 }
 
@@ -119,26 +128,32 @@ pub struct Idle {
     /// Empty reads let pass unmeasured since the last measured one
     /// (granted by `empty`): it counts for them too.
     skipped: u64,
-    /// Sleeps taken (for the debug trace).
+    /// Sleeps taken, waits that ended `Lesson::OffCpu` (for the debug
+    /// trace).
     pub sleeps: u64,
+    pub off_cpu_waits: u64,
     /// This wait's spin, from the learner when the wait began (the
     /// configured `spin_us` until one did).
     budget_ns: u64,
     /// The wait under way since the last find, once a read measured it.
     period: Option<Period>,
+    /// This wait tells `Lesson::OffCpu` (`set_budget`).
+    off_cpu: bool,
     /// Block policy: the read right after a find does not sleep (Open
     /// MPI's progress reads until a read comes back empty: that read is
     /// not a wait).
     just_found: bool,
 }
 
-/// A wait: when its first measured read came, its latest, and `sleeps`
-/// then.
+/// A wait: when its first measured read came, its latest, `sleeps`
+/// then, and the thread and its CPU time at that first read (only for a
+/// wait the learner gave a spin; PREEMPTED).
 #[derive(Debug, Clone, Copy)]
 struct Period {
     start: u64,
     last: u64,
     sleeps: u64,
+    cpu0: Option<(usize, u64)>,
 }
 
 /// How a wait ended, for the learner: the message came while the caller
@@ -147,6 +162,9 @@ struct Period {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lesson {
     Awake { waited_ns: u64 },
+    /// The message came while the caller still polled, but its thread
+    /// spent most of the wait off the CPU (PREEMPTED).
+    OffCpu,
     Woken,
 }
 
@@ -162,20 +180,33 @@ impl Idle {
             posts: 0,
             skipped: 0,
             sleeps: 0,
+            off_cpu_waits: 0,
             budget_ns: s.spin_us * 1000,
             period: None,
+            off_cpu: false,
             just_found: false,
         }
     }
 
     /// A read found something: how the wait that ends here went, if a
-    /// read measured it.
-    pub fn found(&mut self) -> Option<Lesson> {
+    /// read measured it.  `clocks` reads the wall clock and the thread's
+    /// (identity, CPU time), only for a wait that measured its CPU.
+    pub fn found(&mut self, clocks: impl FnOnce() -> (u64, (usize, u64))) -> Option<Lesson> {
         let lesson = self.period.map(|p| {
             if self.sleeps > p.sleeps {
-                Lesson::Woken
+                return Lesson::Woken;
+            }
+            let Some((thread, cpu0)) = p.cpu0 else {
+                return Lesson::Awake { waited_ns: p.last - p.start };
+            };
+            let (now, (me, cpu)) = clocks();
+            let wall = now.saturating_sub(p.start);
+            let off = wall.saturating_sub(cpu.saturating_sub(cpu0));
+            if me == thread && off > OFF_CPU_NS && off * 2 > wall {
+                self.off_cpu_waits += 1;
+                Lesson::OffCpu
             } else {
-                Lesson::Awake { waited_ns: p.last - p.start }
+                Lesson::Awake { waited_ns: wall }
             }
         });
         self.reset();
@@ -199,9 +230,11 @@ impl Idle {
     }
 
     /// The spin of the wait that begins: `ns` (0: sleep as soon as the
-    /// caller is seen to poll).
-    pub fn set_budget(&mut self, ns: u64) {
+    /// caller is seen to poll); `off_cpu`: tell `Lesson::OffCpu` (a CPU
+    /// clock read when the wait begins and one when it ends).
+    pub fn set_budget(&mut self, ns: u64, off_cpu: bool) {
         self.budget_ns = ns;
+        self.off_cpu = off_cpu;
     }
 
     /// How many empty reads may pass unmeasured after the one that just
@@ -247,7 +280,10 @@ impl Idle {
     fn adaptive(&mut self, entered: u64, now: u64, me: usize, cpu: impl Fn() -> (usize, u64)) -> bool {
         match &mut self.period {
             Some(p) => p.last = now,
-            None => self.period = Some(Period { start: now, last: now, sleeps: self.sleeps }),
+            None => {
+                let cpu0 = (self.off_cpu && self.budget_ns > 0).then(&cpu);
+                self.period = Some(Period { start: now, last: now, sleeps: self.sleeps, cpu0 });
+            }
         }
         if let Some((thread, at)) = self.asleep.take() {
             let (me, c) = cpu();
@@ -347,7 +383,8 @@ pub fn maybe_sleep(cq: &Cq, entered: Option<u64>, peeking: bool) -> bool {
             // Never longer than ours: the learner's short spin over shared
             // memory (50 us) can exceed a short FI_DOORBELL_SPIN_US.
             let full = core.settings.spin_us * 1000;
-            idle.set_budget(cq.spin_begin().unwrap_or(full).min(full));
+            let (budget, tcp) = cq.spin_begin().unwrap_or((full, false));
+            idle.set_budget(budget.min(full), tcp);
         }
         let verdict = idle.empty(entered, now_ns(), core.posts(), thread_id(), this_thread);
         if verdict.is_none() {
@@ -439,6 +476,11 @@ mod tests {
 
     use std::cell::Cell;
 
+    /// `found`'s clocks, for a wait that measured no CPU.
+    fn no_clocks() -> (u64, (usize, u64)) {
+        unreachable!("this wait measured no CPU")
+    }
+
     /// A thread whose CPU clock the test sets.
     fn clock(c: &Cell<u64>) -> impl Fn() -> (usize, u64) + '_ {
         move || (1, c.get())
@@ -491,7 +533,7 @@ mod tests {
         assert_eq!(i.may_skip(), IDLE_SAMPLE - 1);
         i.slept(1, 0);
         assert_eq!(i.may_skip(), 0, "the read after a sleep is measured");
-        i.found();
+        i.found(no_clocks);
         assert_eq!(i.may_skip(), IDLE_SAMPLE - 1);
         assert_eq!(idle(WaitPolicy::Block).may_skip(), 0);
         assert_eq!(idle(WaitPolicy::Poll).may_skip(), 0);
@@ -604,10 +646,10 @@ mod tests {
         }
         assert_eq!(b.empty(5, 5, 0, 1, || (1, 0)), Some(Duration::from_micros(1000)));
         assert_eq!(b.empty(6, 6, 0, 1, || (1, 0)), Some(Duration::from_micros(2000)));
-        b.found();
+        b.found(no_clocks);
         assert_eq!(b.empty(7, 7, 0, 1, || (1, 0)), None, "the read right after a find is the caller draining");
         assert_eq!(b.empty(8, 8, 0, 1, || (1, 0)), Some(Duration::from_micros(1000)), "a find resets the bound");
-        b.found();
+        b.found(no_clocks);
         assert_eq!(b.empty(9, 9, 3, 1, || (1, 0)), None, "a post after the find changes nothing");
         assert_eq!(b.empty(10, 10, 3, 1, || (1, 0)), Some(Duration::from_micros(1000)));
     }
@@ -615,20 +657,54 @@ mod tests {
     #[test]
     fn a_find_tells_how_the_wait_went() {
         let mut i = idle(WaitPolicy::Adaptive);
-        assert_eq!(i.found(), None, "no read measured a wait");
+        assert_eq!(i.found(no_clocks), None, "no read measured a wait");
         let cpu = Cell::new(0);
         assert!(i.begins_wait());
         assert_eq!(i.empty(1_000, 1_500, 0, 1, clock(&cpu)), None);
         assert!(!i.begins_wait());
         assert_eq!(i.empty(31_000, 31_500, 0, 1, clock(&cpu)), None);
-        assert_eq!(i.found(), Some(Lesson::Awake { waited_ns: 30_000 }), "from the first measured read to the last");
+        assert_eq!(i.found(no_clocks), Some(Lesson::Awake { waited_ns: 30_000 }), "from the first measured read to the last");
         assert!(i.begins_wait(), "a find ends the wait");
         assert_eq!(i.empty(40_000, 40_500, 0, 1, clock(&cpu)), None);
         i.slept(1, 0);
-        assert_eq!(i.found(), Some(Lesson::Woken));
+        assert_eq!(i.found(no_clocks), Some(Lesson::Woken));
         assert_eq!(i.empty(50_000, 50_500, 0, 1, clock(&cpu)), None);
         assert_eq!(i.empty(60_000, 60_500, 9, 1, clock(&cpu)), None);
-        assert_eq!(i.found(), Some(Lesson::Awake { waited_ns: 0 }), "a post begins a new wait");
+        assert_eq!(i.found(no_clocks), Some(Lesson::Awake { waited_ns: 0 }), "a post begins a new wait");
+    }
+
+    /// Two ranks on one CPU: the message comes while the caller still
+    /// polls, but only because the thread was preempted and its peer ran.
+    /// Its CPU time tells: off the CPU most of the wait, it spun in vain.
+    #[test]
+    fn a_wait_spent_off_the_cpu_teaches_off_cpu() {
+        let mut i = idle(WaitPolicy::Adaptive);
+        let cpu = Cell::new(500_000);
+        i.set_budget(100_000, true);
+        assert_eq!(i.empty(1_000, 1_000, 0, 1, clock(&cpu)), None, "the CPU clock is read when the wait begins");
+        // 20 us later, 4 of them on the CPU.
+        assert_eq!(i.found(|| (21_000, (1, 504_000))), Some(Lesson::OffCpu));
+        assert_eq!(i.off_cpu_waits, 1);
+        // On the CPU the whole time: it paid.
+        i.set_budget(100_000, true);
+        assert_eq!(i.empty(30_000, 30_000, 0, 1, clock(&cpu)), None);
+        assert_eq!(i.found(|| (50_000, (1, 519_000))), Some(Lesson::Awake { waited_ns: 20_000 }));
+        // Off the CPU, but less than OFF_CPU_NS: a tick, not a peer's turn.
+        i.set_budget(100_000, true);
+        assert_eq!(i.empty(60_000, 60_000, 0, 1, clock(&cpu)), None);
+        assert_eq!(i.found(|| (64_000, (1, 500_000))), Some(Lesson::Awake { waited_ns: 4_000 }));
+        // Another thread ended it: its CPU clock says nothing of ours.
+        i.set_budget(100_000, true);
+        assert_eq!(i.empty(70_000, 70_000, 0, 1, clock(&cpu)), None);
+        assert_eq!(i.found(|| (90_000, (2, 500_000))), Some(Lesson::Awake { waited_ns: 20_000 }));
+        // A wait not for TCP (or without spin) reads no CPU clock.
+        i.set_budget(100_000, false);
+        assert_eq!(i.empty(100_000, 100_000, 0, 1, || unreachable!("no CPU clock")), None);
+        assert_eq!(i.found(no_clocks), Some(Lesson::Awake { waited_ns: 0 }));
+        i.set_budget(0, true);
+        assert_eq!(i.empty(110_000, 110_000, 0, 1, || unreachable!("no CPU clock")), None);
+        assert_eq!(i.found(no_clocks), Some(Lesson::Awake { waited_ns: 0 }));
+        assert_eq!(i.off_cpu_waits, 1);
     }
 
     /// A wait the learner gives no spin sleeps as soon as two measured
@@ -640,7 +716,7 @@ mod tests {
         let cpu = Cell::new(0);
         let mut t = 1_000_000_000;
         assert!(i.begins_wait());
-        i.set_budget(0);
+        i.set_budget(0, false);
         let mut slept = None;
         for n in 0..10 {
             cpu.set(cpu.get() + 1_000);
@@ -655,8 +731,8 @@ mod tests {
         i.slept(1, cpu.get());
         // Found; the next wait decides by the wall clock alone: reads with
         // no time between them take no CPU-clock system call.
-        i.found();
-        i.set_budget(0);
+        i.found(no_clocks);
+        i.set_budget(0, false);
         let asked = Cell::new(0);
         let counted = || {
             asked.set(asked.get() + 1);
@@ -667,7 +743,7 @@ mod tests {
         assert_eq!(asked.get(), 0, "the CPU clock was read");
         // A caller that computes between reads still never sleeps.
         let mut i = idle(WaitPolicy::Adaptive);
-        i.set_budget(0);
+        i.set_budget(0, false);
         for _ in 0..1_000 {
             t += 20_000;
             cpu.set(cpu.get() + 20_000);

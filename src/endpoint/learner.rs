@@ -21,6 +21,11 @@
 //! message during it turns spinning back on; a vain probe doubles the gap,
 //! up to `PROBE_GAP_MAX`, so re-learning costs little.
 //!
+//! A wait that ended awake but whose waiter spent most of it preempted
+//! (`Ended::OffCpu`, told by a caller that reads its thread's CPU clock)
+//! spun in vain too: the message came only because whoever sent it got
+//! the waiter's CPU, as with two ranks and their packets on one CPU.
+//!
 //! A caller that yields the CPU on every pass of its spin (more runnable
 //! processes than CPUs) loses little by spinning, and a sleeper's wake-up
 //! would wait for a CPU: it keeps spinning, and learns nothing.
@@ -64,6 +69,11 @@ pub enum Ended {
     Awake { waited_ns: u64 },
     /// A message came after the spin, and the waiter slept (or was about to).
     Woken,
+    /// A message came while the waiter was awake, but it spent most of
+    /// the wait off its CPU (preempted): what it waited for ran there
+    /// instead, so the spin caught nothing sooner and held a CPU another
+    /// thread needed (two ranks and their packets on one CPU).  Vain.
+    OffCpu,
 }
 
 /// What the learner knows of one path, for reports.
@@ -201,7 +211,7 @@ impl Learner {
                 }
                 p
             }
-            Ended::Woken => {
+            Ended::Woken | Ended::OffCpu => {
                 let p = path(spin_path);
                 self.vain(p, yields);
                 p
@@ -209,6 +219,14 @@ impl Learner {
         };
         self.last_path.store(p as u8, Relaxed);
         self.spin_ns.store(0, Relaxed);
+    }
+
+    /// The wait begun last spins for a message over TCP (a spin
+    /// budget, on the TCP path): a caller that can tell `Ended::OffCpu`
+    /// measures this one.
+    #[inline]
+    pub(crate) fn spins_for_tcp(&self) -> bool {
+        self.spin_ns.load(Relaxed) != 0 && self.spin_path.load(Relaxed) == Path::Tcp as u8
     }
 
     /// Spinning pays on path `p`.
@@ -324,6 +342,35 @@ mod tests {
         l.begin(ADAPTIVE, FULL, Some(Path::Tcp));
         l.end(Ended::Awake { waited_ns: SPIN_PAYS_NS }, false, |p| p);
         assert_eq!(l.stats(Path::Tcp).spins_paid, 1);
+    }
+
+    /// Two ranks on one CPU: every TCP message comes within SPIN_PAYS_NS
+    /// of a spinning wait, but only once the waiter was preempted and its
+    /// peer ran.  Such waits are vain: after SPIN_MISSES, TCP waits sleep
+    /// at once.  The path is asked, as for a wait that slept.
+    #[test]
+    fn waits_spent_off_the_cpu_are_vain() {
+        let l = Learner::default();
+        for _ in 0..SPIN_MISSES {
+            assert_eq!(l.begin(ADAPTIVE, FULL, Some(Path::Tcp)), FULL);
+            assert!(l.spins_for_tcp());
+            l.end(Ended::OffCpu, false, |p| p);
+        }
+        assert_eq!(l.begin(ADAPTIVE, FULL, None), 0, "tcp sleeps at once");
+        assert!(!l.spins_for_tcp(), "a wait without spin has nothing to measure");
+        let s = l.stats(Path::Tcp);
+        assert_eq!((s.spins_paid, s.spins_vain, s.short_spin), (0, SPIN_MISSES as u64, true));
+        // A waiter that yields is off the CPU by its own choice: nothing learnt.
+        let l = Learner::default();
+        for _ in 0..10 {
+            l.begin(ADAPTIVE, FULL, Some(Path::Tcp));
+            l.end(Ended::OffCpu, true, |p| p);
+        }
+        assert!(!l.stats(Path::Tcp).short_spin);
+        assert!(!Learner::default().spins_for_tcp(), "no wait begun");
+        let l = Learner::default();
+        l.begin(ADAPTIVE, FULL, Some(Path::Shm));
+        assert!(!l.spins_for_tcp(), "a shared-memory wait");
     }
 
     #[test]

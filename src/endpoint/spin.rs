@@ -110,6 +110,13 @@ impl Endpoint {
         Ok(self.inner.spin_begin(window, mode.unwrap_or(self.inner.cfg.wait_mode)))
     }
 
+    /// The wait begun last on `window` spins for a message over TCP:
+    /// worth telling `Ended::OffCpu` from `Ended::Awake` (a clock read).
+    pub fn spin_for_tcp(&self, window: u32) -> Result<bool> {
+        self.inner.check_window(window)?;
+        Ok(self.inner.windows[window as usize].spin.learner.spins_for_tcp())
+    }
+
     /// What `window`'s learner knows of `path`.
     pub(crate) fn spin_stats(&self, window: u32, path: Path) -> Result<PathStats> {
         self.inner.check_window(window)?;
