@@ -412,8 +412,7 @@ impl Cq {
     fn found(&self) {
         if self.idle_dirty.load(Ordering::Relaxed) {
             self.idle_dirty.store(false, Ordering::Relaxed);
-            let clocks = || (crate::wait::now_ns(), crate::wait::this_thread());
-            let lesson = self.idle.lock().unwrap_or_else(|p| p.into_inner()).found(clocks);
+            let lesson = self.idle.lock().unwrap_or_else(|p| p.into_inner()).found(crate::wait::now_ns, crate::wait::this_thread);
             if let Some(l) = lesson {
                 self.spin_end(l);
             }

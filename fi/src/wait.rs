@@ -189,9 +189,10 @@ impl Idle {
     }
 
     /// A read found something: how the wait that ends here went, if a
-    /// read measured it.  `clocks` reads the wall clock and the thread's
-    /// (identity, CPU time), only for a wait that measured its CPU.
-    pub fn found(&mut self, clocks: impl FnOnce() -> (u64, (usize, u64))) -> Option<Lesson> {
+    /// read measured it.  For a wait that measured its CPU, `now` reads
+    /// the wall clock, and `cpu` the thread's (identity, CPU time) if the
+    /// wait lasted long enough to have been mostly off the CPU.
+    pub fn found(&mut self, now: impl FnOnce() -> u64, cpu: impl FnOnce() -> (usize, u64)) -> Option<Lesson> {
         let lesson = self.period.map(|p| {
             if self.sleeps > p.sleeps {
                 return Lesson::Woken;
@@ -199,8 +200,11 @@ impl Idle {
             let Some((thread, cpu0)) = p.cpu0 else {
                 return Lesson::Awake { waited_ns: p.last - p.start };
             };
-            let (now, (me, cpu)) = clocks();
-            let wall = now.saturating_sub(p.start);
+            let wall = now().saturating_sub(p.start);
+            if wall <= OFF_CPU_NS {
+                return Lesson::Awake { waited_ns: wall };
+            }
+            let (me, cpu) = cpu();
             let off = wall.saturating_sub(cpu.saturating_sub(cpu0));
             if me == thread && off > OFF_CPU_NS && off * 2 > wall {
                 self.off_cpu_waits += 1;
@@ -477,7 +481,10 @@ mod tests {
     use std::cell::Cell;
 
     /// `found`'s clocks, for a wait that measured no CPU.
-    fn no_clocks() -> (u64, (usize, u64)) {
+    fn no_clock() -> u64 {
+        unreachable!("this wait measured no CPU")
+    }
+    fn no_cpu() -> (usize, u64) {
         unreachable!("this wait measured no CPU")
     }
 
@@ -533,7 +540,7 @@ mod tests {
         assert_eq!(i.may_skip(), IDLE_SAMPLE - 1);
         i.slept(1, 0);
         assert_eq!(i.may_skip(), 0, "the read after a sleep is measured");
-        i.found(no_clocks);
+        i.found(no_clock, no_cpu);
         assert_eq!(i.may_skip(), IDLE_SAMPLE - 1);
         assert_eq!(idle(WaitPolicy::Block).may_skip(), 0);
         assert_eq!(idle(WaitPolicy::Poll).may_skip(), 0);
@@ -646,10 +653,10 @@ mod tests {
         }
         assert_eq!(b.empty(5, 5, 0, 1, || (1, 0)), Some(Duration::from_micros(1000)));
         assert_eq!(b.empty(6, 6, 0, 1, || (1, 0)), Some(Duration::from_micros(2000)));
-        b.found(no_clocks);
+        b.found(no_clock, no_cpu);
         assert_eq!(b.empty(7, 7, 0, 1, || (1, 0)), None, "the read right after a find is the caller draining");
         assert_eq!(b.empty(8, 8, 0, 1, || (1, 0)), Some(Duration::from_micros(1000)), "a find resets the bound");
-        b.found(no_clocks);
+        b.found(no_clock, no_cpu);
         assert_eq!(b.empty(9, 9, 3, 1, || (1, 0)), None, "a post after the find changes nothing");
         assert_eq!(b.empty(10, 10, 3, 1, || (1, 0)), Some(Duration::from_micros(1000)));
     }
@@ -657,20 +664,20 @@ mod tests {
     #[test]
     fn a_find_tells_how_the_wait_went() {
         let mut i = idle(WaitPolicy::Adaptive);
-        assert_eq!(i.found(no_clocks), None, "no read measured a wait");
+        assert_eq!(i.found(no_clock, no_cpu), None, "no read measured a wait");
         let cpu = Cell::new(0);
         assert!(i.begins_wait());
         assert_eq!(i.empty(1_000, 1_500, 0, 1, clock(&cpu)), None);
         assert!(!i.begins_wait());
         assert_eq!(i.empty(31_000, 31_500, 0, 1, clock(&cpu)), None);
-        assert_eq!(i.found(no_clocks), Some(Lesson::Awake { waited_ns: 30_000 }), "from the first measured read to the last");
+        assert_eq!(i.found(no_clock, no_cpu), Some(Lesson::Awake { waited_ns: 30_000 }), "from the first measured read to the last");
         assert!(i.begins_wait(), "a find ends the wait");
         assert_eq!(i.empty(40_000, 40_500, 0, 1, clock(&cpu)), None);
         i.slept(1, 0);
-        assert_eq!(i.found(no_clocks), Some(Lesson::Woken));
+        assert_eq!(i.found(no_clock, no_cpu), Some(Lesson::Woken));
         assert_eq!(i.empty(50_000, 50_500, 0, 1, clock(&cpu)), None);
         assert_eq!(i.empty(60_000, 60_500, 9, 1, clock(&cpu)), None);
-        assert_eq!(i.found(no_clocks), Some(Lesson::Awake { waited_ns: 0 }), "a post begins a new wait");
+        assert_eq!(i.found(no_clock, no_cpu), Some(Lesson::Awake { waited_ns: 0 }), "a post begins a new wait");
     }
 
     /// Two ranks on one CPU: the message comes while the caller still
@@ -683,27 +690,28 @@ mod tests {
         i.set_budget(100_000, true);
         assert_eq!(i.empty(1_000, 1_000, 0, 1, clock(&cpu)), None, "the CPU clock is read when the wait begins");
         // 20 us later, 4 of them on the CPU.
-        assert_eq!(i.found(|| (21_000, (1, 504_000))), Some(Lesson::OffCpu));
+        assert_eq!(i.found(|| 21_000, || (1, 504_000)), Some(Lesson::OffCpu));
         assert_eq!(i.off_cpu_waits, 1);
         // On the CPU the whole time: it paid.
         i.set_budget(100_000, true);
         assert_eq!(i.empty(30_000, 30_000, 0, 1, clock(&cpu)), None);
-        assert_eq!(i.found(|| (50_000, (1, 519_000))), Some(Lesson::Awake { waited_ns: 20_000 }));
-        // Off the CPU, but less than OFF_CPU_NS: a tick, not a peer's turn.
+        assert_eq!(i.found(|| 50_000, || (1, 519_000)), Some(Lesson::Awake { waited_ns: 20_000 }));
+        // Shorter than OFF_CPU_NS: it cannot have been off the CPU longer
+        // (a tick, not a peer's turn), and the CPU clock is not read.
         i.set_budget(100_000, true);
         assert_eq!(i.empty(60_000, 60_000, 0, 1, clock(&cpu)), None);
-        assert_eq!(i.found(|| (64_000, (1, 500_000))), Some(Lesson::Awake { waited_ns: 4_000 }));
+        assert_eq!(i.found(|| 64_000, no_cpu), Some(Lesson::Awake { waited_ns: 4_000 }));
         // Another thread ended it: its CPU clock says nothing of ours.
         i.set_budget(100_000, true);
         assert_eq!(i.empty(70_000, 70_000, 0, 1, clock(&cpu)), None);
-        assert_eq!(i.found(|| (90_000, (2, 500_000))), Some(Lesson::Awake { waited_ns: 20_000 }));
+        assert_eq!(i.found(|| 90_000, || (2, 500_000)), Some(Lesson::Awake { waited_ns: 20_000 }));
         // A wait not for TCP (or without spin) reads no CPU clock.
         i.set_budget(100_000, false);
         assert_eq!(i.empty(100_000, 100_000, 0, 1, || unreachable!("no CPU clock")), None);
-        assert_eq!(i.found(no_clocks), Some(Lesson::Awake { waited_ns: 0 }));
+        assert_eq!(i.found(no_clock, no_cpu), Some(Lesson::Awake { waited_ns: 0 }));
         i.set_budget(0, true);
         assert_eq!(i.empty(110_000, 110_000, 0, 1, || unreachable!("no CPU clock")), None);
-        assert_eq!(i.found(no_clocks), Some(Lesson::Awake { waited_ns: 0 }));
+        assert_eq!(i.found(no_clock, no_cpu), Some(Lesson::Awake { waited_ns: 0 }));
         assert_eq!(i.off_cpu_waits, 1);
     }
 
@@ -731,7 +739,7 @@ mod tests {
         i.slept(1, cpu.get());
         // Found; the next wait decides by the wall clock alone: reads with
         // no time between them take no CPU-clock system call.
-        i.found(no_clocks);
+        i.found(no_clock, no_cpu);
         i.set_budget(0, false);
         let asked = Cell::new(0);
         let counted = || {
