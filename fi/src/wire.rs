@@ -87,8 +87,10 @@ impl Header {
         // Windows are below MAX_WINDOWS (checked at compile time above).
         b[1..4].copy_from_slice(&self.src_window.to_le_bytes()[..3]);
         b[4..12].copy_from_slice(&self.tag.to_le_bytes());
-        let d = self.data.unwrap_or(0).to_le_bytes();
-        b[12..12 + n].copy_from_slice(&d[..n]);
+        // All 8 bytes, whatever `n`: a fixed-size copy, where one of `n`
+        // bytes was a memcpy call on every send; the bytes past `len` are
+        // never sent.
+        b[12..20].copy_from_slice(&self.data.unwrap_or(0).to_le_bytes());
         Encoded { b, len: (12 + n) as u8 }
     }
 
