@@ -38,19 +38,9 @@ fn placed_pair() -> (MutexGuard<'static, ()>, Endpoint, Endpoint, libc::pid_t) {
     let second = ep(&j, 1, 2);
     let new: Vec<_> = thread_tids().into_iter().filter(|t| !before.contains(t)).collect();
     connect_all(&[&first, &second]);
-    // A thread names itself once it runs, and the second endpoint's FLIH
-    // need not have run for the handshakes (the first one's accepts them):
-    // until then it bears its creator's name.  Threads the test harness
-    // started meanwhile bear their tests' names.  (The bound only ends a
-    // test whose FLIH never runs.)
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let flihs = loop {
-        let named: Vec<_> = new.iter().copied().filter(|&t| thread_name(t) == "doorbell-flih").collect();
-        if !named.is_empty() || Instant::now() > deadline {
-            break named;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    };
+    // An endpoint names its FLIH as it creates it; threads the test
+    // harness started meanwhile bear their tests' names.
+    let flihs: Vec<_> = new.into_iter().filter(|&t| thread_name(t) == "doorbell-flih").collect();
     assert_eq!(flihs.len(), 1, "the second endpoint's FLIH thread: {flihs:?}");
     let second_flih = flihs[0];
     let (poller_cpu, flih_cpu) = two_cpus();
