@@ -14,10 +14,11 @@
  *   compute  rank 0 computes without any MPI call until every other rank's
  *            passive-target Put has landed in its window; with
  *            `atomics_while_computing` 1 they Fetch_and_op it first (over
- *            TCP the target's event thread serves atomics; over shared
- *            memory an atomic waits for the target's next MPI call, so the
- *            flag is 0 there).  A watchdog fails the run if the target
- *            never sees the data.
+ *            TCP the target's event thread serves atomics, and in a job
+ *            on several nodes also a same-node initiator's; on one node
+ *            an atomic waits for the target's next MPI call, so the flag
+ *            is 0 there).  A watchdog fails the run if the target never
+ *            sees the data.
  *   sleep    rank 0 waits in MPI_Recv while the others run passive epochs
  *            with every operation on it; one of them sends only after all
  *            are done, and rank 0 checks its window then.

@@ -304,15 +304,12 @@ for variant in "${VARIANTS[@]}"; do
             pingpong) args=("$PINGPONG_MAX") ;;
             idle_cpu) if is_doorbell "$BTL"; then args=("$IDLE_CPU_LIMIT" "$IDLE_WAKE_LIMIT"); else args=(); fi ;;
             # over TCP the target's event thread serves atomics too: they
-            # must complete while it computes
-            # Across nodes with several ranks on one, osc rdma (Open MPI
-            # 4.1) takes one BTL module for all the window's ranks and
-            # doorbell's are two (shm, TCP): MPI_Win_create fails, as with
-            # vader and tcp (README's limits).  force_tcp makes them one.
+            # must complete while it computes.  Across nodes (MPIRUN_HOSTS)
+            # osc rdma runs on the TCP module, which reaches same-node ranks
+            # by RDMA-only aliases (btl_doorbell_rdma.c).
             rma_win)
                 is_doorbell "$BTL" || continue
-                [[ -n ${MPIRUN_HOSTS:-} && $variant != force_tcp && $np -gt 2 ]] && continue
-                if [[ $variant == force_tcp ]]; then args=(1); else args=(0); fi
+                if [[ $variant == force_tcp || -n ${MPIRUN_HOSTS:-} ]]; then args=(1); else args=(0); fi
                 ;;
             *) args=() ;;
             esac

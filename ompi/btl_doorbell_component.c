@@ -486,9 +486,11 @@ static int doorbell_component_register(void)
      * init raises the defaults to the TCP module's (a rendezvous then
      * costs a round trip and two copies).  max_send 128 KiB beat 32 KiB
      * and 512 KiB from 1 MiB up for non-contiguous data. */
-    /* Lowest: installing doorbell never displaces vader or tcp in jobs that
-     * do not ask for it; `--mca btl self,doorbell` or LD_PRELOAD selects it. */
-    m->btl_exclusivity = MCA_BTL_EXCLUSIVITY_LOW;
+    /* Lowest but one (the TCP module takes the lowest: btl_doorbell_rdma.c
+     * says why): installing doorbell never displaces vader or tcp in jobs
+     * that do not ask for it; `--mca btl self,doorbell` or LD_PRELOAD
+     * selects it. */
+    m->btl_exclusivity = MCA_BTL_EXCLUSIVITY_LOW + 1;
     m->btl_eager_limit = 4 * 1024;
     m->btl_rndv_eager_limit = 32 * 1024;
     m->btl_max_send_size = 128 * 1024;

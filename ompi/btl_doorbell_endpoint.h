@@ -30,11 +30,25 @@ struct mca_btl_base_endpoint_t {
 
     bool deleted;               /* del_procs was called */
     bool lost;                  /* the peer process is gone */
+
+    /* osc rdma wants one module that reaches every rank of a window
+     * (btl_doorbell_rdma.c), so the TCP module also reaches this process
+     * and its same-node peers, by aliases that bml lists for RDMA only:
+     * `real` is the endpoint an alias stands for (NULL in a real one), and
+     * `rma_alias` the alias of a real one, made on first use. */
+    struct mca_btl_base_endpoint_t *real;
+    struct mca_btl_base_endpoint_t *rma_alias;
 };
 typedef struct mca_btl_base_endpoint_t mca_btl_base_endpoint_t;
 typedef mca_btl_base_endpoint_t mca_btl_doorbell_endpoint_t;
 
 OBJ_CLASS_DECLARATION(mca_btl_doorbell_endpoint_t);
+
+/* The endpoint whose path serves `ep` (itself, unless it is an alias). */
+static inline mca_btl_doorbell_endpoint_t *mca_btl_doorbell_rdma_endpoint(mca_btl_doorbell_endpoint_t *ep)
+{
+    return NULL != ep->real ? ep->real : ep;
+}
 
 END_C_DECLS
 

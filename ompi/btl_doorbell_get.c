@@ -284,8 +284,15 @@ int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_
     (void) flags;
     (void) order;
 
+    endpoint = mca_btl_doorbell_rdma_endpoint(endpoint);
     if (OPAL_UNLIKELY(endpoint->lost)) {
         return OPAL_ERR_NOT_AVAILABLE;
+    }
+    if (endpoint->task == ((mca_btl_doorbell_module_t *) btl)->main->my_task) {
+        /* this process's own memory (osc rdma's state across nodes) */
+        memmove(local_address, (void *) (uintptr_t) remote_address, size);
+        cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
+        return OPAL_SUCCESS;
     }
     if (endpoint->module == &mca_btl_doorbell_tcp_module) {
         return tcp_get((mca_btl_doorbell_module_t *) btl, endpoint, local_address, remote_address,

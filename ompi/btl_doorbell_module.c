@@ -51,10 +51,15 @@ static void endpoint_construct(mca_btl_doorbell_endpoint_t *ep)
     ep->on_pending_list = false;
     ep->deleted = false;
     ep->lost = false;
+    ep->real = NULL;
+    ep->rma_alias = NULL;
 }
 
 static void endpoint_destruct(mca_btl_doorbell_endpoint_t *ep)
 {
+    if (NULL != ep->rma_alias) {
+        OBJ_RELEASE(ep->rma_alias);
+    }
     OBJ_DESTRUCT(&ep->pending);
 }
 
@@ -194,6 +199,46 @@ static mca_btl_doorbell_endpoint_t *known_endpoint(mca_btl_doorbell_module_t *ma
     return NULL;
 }
 
+/* What `module` hands bml for `ep`: `ep` if its path is the module's.
+ * The TCP module also reaches this process and its same-node peers, by an
+ * RMA-only alias (btl_doorbell_endpoint.h): its lower exclusivity keeps it
+ * off their send lists, and ob1 uses no RDMA endpoint that is not on the
+ * eager list, so only osc rdma sees it.  A peer whose memory cannot be
+ * read gets none (osc rdma then finds no module, as before). */
+static mca_btl_doorbell_endpoint_t *reach(mca_btl_doorbell_module_t *module,
+                                          mca_btl_doorbell_endpoint_t *ep)
+{
+    mca_btl_doorbell_module_t *main = module->main;
+    mca_btl_doorbell_endpoint_t *alias;
+
+    if (ep->module == module) {
+        ep->deleted = false;
+        return ep;
+    }
+    if (module != &mca_btl_doorbell_tcp_module || ep->module != main ||
+        !(module->super.btl_flags & MCA_BTL_FLAGS_ATOMIC_FOPS) ||
+        module->super.btl_exclusivity >= main->super.btl_exclusivity ||
+        (ep->task != main->my_task && !ep->cma)) {
+        return NULL;
+    }
+    if (NULL == ep->rma_alias) {
+        alias = OBJ_NEW(mca_btl_doorbell_endpoint_t);
+        if (NULL == alias) {
+            return NULL;
+        }
+        alias->proc = ep->proc;
+        alias->task = ep->task;
+        alias->path = ep->path;
+        alias->module = ep->module;
+        alias->pid = ep->pid;
+        alias->cma = ep->cma;
+        alias->real = ep;
+        ep->rma_alias = alias;
+    }
+    ep->rma_alias->deleted = false;
+    return ep->rma_alias;
+}
+
 /* Connect one proc: modex blob -> doorbell_connect -> endpoint.  Returns
  * NULL (proc unreachable by this BTL) on any failure, with the reason in
  * the verbose output.  A proc of another job is reached like one of ours:
@@ -220,12 +265,8 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
     ep = known_endpoint(main, proc);
     if (NULL != ep) {
         /* a proc we already know (the other module's add_procs, or an
-         * earlier call): reachable here only if its path is this module's */
-        if (ep->module != module) {
-            return NULL;
-        }
-        ep->deleted = false;
-        return ep;
+         * earlier call) */
+        return reach(module, ep);
     }
 
     rc = mca_btl_doorbell_modex_recv(proc, &blob, &blob_len);
@@ -318,7 +359,7 @@ static mca_btl_doorbell_endpoint_t *connect_proc(mca_btl_doorbell_module_t *modu
     opal_output_verbose(10, c->output, "btl doorbell: task %u -> %s is task %u via %s",
                         module->my_task, OPAL_NAME_PRINT(proc->proc_name), task,
                         mca_btl_doorbell_path_name(path));
-    return ep->module == module ? ep : NULL;
+    return reach(module, ep);
 }
 
 int mca_btl_doorbell_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,

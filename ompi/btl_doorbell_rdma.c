@@ -285,8 +285,15 @@ int mca_btl_doorbell_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_
     (void) flags;
     (void) order;
 
+    endpoint = mca_btl_doorbell_rdma_endpoint(endpoint);
     if (OPAL_UNLIKELY(endpoint->lost)) {
         return OPAL_ERR_UNREACH;
+    }
+    if (endpoint->task == main->my_task) {
+        /* this process's own memory (osc rdma's state across nodes) */
+        memmove((void *) (uintptr_t) remote_address, local_address, size);
+        cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
+        return OPAL_SUCCESS;
     }
     if (endpoint->module == &mca_btl_doorbell_tcp_module) {
         mca_btl_doorbell_rdma_op_t *op;
@@ -328,19 +335,44 @@ static int start_atomic(struct mca_btl_base_module_t *btl, struct mca_btl_base_e
                         mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata)
 {
     uint32_t width = (flags & MCA_BTL_ATOMIC_FLAG_32BIT) ? 4 : 8;
+    mca_btl_doorbell_module_t *main = ((mca_btl_doorbell_module_t *) btl)->main;
     mca_btl_doorbell_rdma_op_t *op;
 
+    endpoint = mca_btl_doorbell_rdma_endpoint(endpoint);
     if (OPAL_UNLIKELY(endpoint->lost)) {
         return OPAL_ERR_UNREACH;
     }
     if (OPAL_UNLIKELY(0 == aop || (flags & MCA_BTL_ATOMIC_FLAG_FLOAT))) {
         return OPAL_ERR_NOT_AVAILABLE;
     }
+    if (endpoint->task == main->my_task) {
+        /* this process's own memory: its CPU's atomic, as a target runs it */
+        atomic_request_t r = {.kind = ATOMIC_REQUEST, .op = (uint8_t) aop, .width = (uint8_t) width,
+                              .addr = remote_address, .operand = operand, .compare = compare};
+        uint64_t old = 0;
+        bool ok = run_atomic(&r, &old);
+        if (ok && NULL != local_address) {
+            if (8 == width) {
+                memcpy(local_address, &old, 8);
+            } else {
+                uint32_t v = (uint32_t) old;
+                memcpy(local_address, &v, 4);
+            }
+        }
+        cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata,
+               ok ? OPAL_SUCCESS : OPAL_ERR_BAD_PARAM);
+        return OPAL_SUCCESS;
+    }
     op = new_op(btl, endpoint, local_address, local_handle, cbfunc, cbcontext, cbdata);
     if (OPAL_UNLIKELY(NULL == op)) {
         return OPAL_ERR_OUT_OF_RESOURCE;
     }
-    if (endpoint->module == &mca_btl_doorbell_tcp_module) {
+    /* Memory registered for RMA channels (osc rdma chose the TCP module:
+     * ranks on other nodes) is served by the target's event thread, also
+     * for a same-node initiator: osc rdma then keeps its locks there too,
+     * and a target that computes outside MPI must still grant them. */
+    if (endpoint->module == &mca_btl_doorbell_tcp_module ||
+        (NULL != remote_handle && remote_handle->rma && 0 != remote_handle->key)) {
         return tcp_atomic(op, remote_handle, aop, width, remote_address, operand, compare);
     }
     return shm_atomic(op, aop, width, remote_address, operand, compare);
@@ -398,6 +430,27 @@ void mca_btl_doorbell_rdma_setup(mca_btl_base_module_t *shm, mca_btl_base_module
                              MCA_BTL_ATOMIC_SUPPORTS_32BIT | MCA_BTL_ATOMIC_SUPPORTS_GLOB;
     mca_btl_base_module_t *m[2] = {shm, tcp};
 
+    /* osc rdma needs one module that reaches every rank of a window.  On
+     * one node that is the shm module; with ranks on other nodes, the TCP
+     * module, which then also reaches this process and its same-node
+     * peers by RDMA-only aliases (btl_doorbell_module.c `reach`), whose ops
+     * take the shared-memory path all the same.  What makes the choice
+     * unambiguous:
+     *  - exclusivity: the TCP module's is lower, so bml keeps it off the
+     *    send lists of same-node peers;
+     *  - latency: where both reach every rank (one node), the shm module's
+     *    lower latency wins;
+     *  - GLOB, which osc rdma counts as reaching the caller itself, only
+     *    on the TCP module: the shm module reaches the caller already, and
+     *    counted twice it would pass for reaching all ranks of a two-node
+     *    job with one rank per node, where each rank then picks a module
+     *    by the order it met the others in (one that does not reach its
+     *    peer: a NULL peer in osc rdma's first MPI_Put). */
+    tcp->btl_exclusivity = shm->btl_exclusivity > 0 ? shm->btl_exclusivity - 1 : 0;
+    if (tcp->btl_latency <= shm->btl_latency) {
+        tcp->btl_latency = shm->btl_latency + 1;
+    }
+
     for (int i = 0; i < 2; ++i) {
         m[i]->btl_put = mca_btl_doorbell_put;
         m[i]->btl_atomic_op = mca_btl_doorbell_atomic_op;
@@ -409,6 +462,7 @@ void mca_btl_doorbell_rdma_setup(mca_btl_base_module_t *shm, mca_btl_base_module
         m[i]->btl_put_local_registration_threshold = SIZE_MAX;
         m[i]->btl_get_local_registration_threshold = SIZE_MAX;
     }
+    shm->btl_atomic_flags &= ~MCA_BTL_ATOMIC_SUPPORTS_GLOB;
     shm->btl_put_limit = SIZE_MAX;
     tcp->btl_put_limit = MCA_BTL_DOORBELL_RMA_MAX;
 }

@@ -242,7 +242,9 @@ else
   SUITE_OK=1
   multi=""
   for t in $all_tests; do [[ " $TWO_RANK_TESTS " == *" $t "* ]] || multi+="$t "; done
-  RUN_TESTS=([np4]="$multi" [np6]="$multi" [np2x]="$TWO_RANK_TESTS")
+  # rma_win also at one rank per node: osc rdma's module choice differs
+  # there (each rank's only same-node rank is itself)
+  RUN_TESTS=([np4]="$multi" [np6]="$multi" [np2x]="$TWO_RANK_TESTS rma_win")
   # Rust crates for the suite's rsmpi programs: fetched here, where the
   # network is (idempotent, a no-op when cached).
   if [[ -f $ROOT/mpi-tests/rust/Cargo.toml ]] \
