@@ -5,15 +5,30 @@
 #
 # The caller sets ROOT (the repository), OUT (its output directory) and
 # CONFIGS (space-separated configuration names, see config_args), then
-# calls ext_init.
+# calls ext_init.  With EXT_NODES=2 every mpirun spans the two-namespace
+# cluster of mpi-tests/netns (brought up by ext_init, taken down at exit):
+# ranks are dealt to nodeA and nodeB in turn, so any job of 2 ranks or
+# more has ranks on both, and from 3 on also two on one node.
 
 EXT_DIR=${EXT_DIR:-$ROOT/target/ext}
 PY=/usr/bin/python3
 
 ext_init() {
     mkdir -p "$OUT/logs" "$EXT_DIR"
-    MPIRUN=(mpirun.openmpi --allow-run-as-root --oversubscribe --mca pml ob1
-        --mca btl_tcp_if_include lo --mca btl_doorbell_if_include lo)
+    if [[ ${EXT_NODES:-1} == 2 ]]; then
+        local cluster=$ROOT/mpi-tests/netns/cluster.sh subnet
+        "$cluster" up >"$OUT/logs/cluster.log" 2>&1 || { echo "cluster.sh up failed: $OUT/logs/cluster.log"; exit 1; }
+        # shellcheck disable=SC2064 # the path is fixed now
+        trap "'$cluster' down >/dev/null 2>&1" EXIT
+        subnet=$("$cluster" subnet)
+        MPIRUN=("$cluster" exec nodeA mpirun.openmpi --allow-run-as-root --oversubscribe --mca pml ob1
+            --mca plm_rsh_agent "$ROOT/mpi-tests/netns/rsh-agent.sh" --mca oob_tcp_if_include "$subnet"
+            --mca btl_tcp_if_include "$subnet" --mca btl_doorbell_if_include "$subnet"
+            --host nodeA:64,nodeB:64 --map-by node --bind-to none)
+    else
+        MPIRUN=(mpirun.openmpi --allow-run-as-root --oversubscribe --mca pml ob1
+            --mca btl_tcp_if_include lo --mca btl_doorbell_if_include lo)
+    fi
     declare -gA PASSED TOTAL
     local c
     for c in $CONFIGS; do PASSED[$c]=0; TOTAL[$c]=0; done

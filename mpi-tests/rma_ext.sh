@@ -23,7 +23,9 @@
 # Environment: CONFIGS ("self,vader self,doorbell self,doorbell+tcp"; see
 # config_args in ext_lib.sh), ROUNDS (5), IMB_NP (2), RUN_TIMEOUT (seconds
 # per mpirun, 300), OUT (<repo>/target/rma-ext), ONLY (imb, mpi4py or
-# mpich: one of the three).
+# mpich: one of the three), EXT_NODES (2: every job across the two network
+# namespaces of mpi-tests/netns, as root; give CONFIGS then, since vader
+# and tcp have no one-sided path across nodes with the default osc).
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
