@@ -145,6 +145,21 @@ static int shm_atomic(mca_btl_doorbell_rdma_op_t *op, uint32_t aop, uint32_t wid
     return OPAL_SUCCESS;
 }
 
+/* An atomic's old value into the initiator's result (NULL: none wanted),
+ * `width` bytes of it. */
+static void store_old(void *dst, uint64_t old, uint32_t width)
+{
+    if (NULL == dst) {
+        return;
+    }
+    if (8 == width) {
+        memcpy(dst, &old, 8);
+    } else {
+        uint32_t v = (uint32_t) old;
+        memcpy(dst, &v, 4);
+    }
+}
+
 /* Run an atomic on this process's memory; false if it cannot be run. */
 static bool run_atomic(const atomic_request_t *r, uint64_t *old)
 {
@@ -220,13 +235,8 @@ void mca_btl_doorbell_atomic_recv(mca_btl_doorbell_module_t *module, uint32_t ta
                                          __ATOMIC_ACQUIRE)) {
             return;
         }
-        if (a.ok && NULL != op->local_address) {
-            if (8 == op->width) {
-                memcpy(op->local_address, &a.old, 8);
-            } else {
-                uint32_t v = (uint32_t) a.old;
-                memcpy(op->local_address, &v, 4);
-            }
+        if (a.ok) {
+            store_old(op->local_address, a.old, op->width);
         }
         mca_btl_doorbell_rdma_op_end(module, op, a.ok ? OPAL_SUCCESS : OPAL_ERR_BAD_PARAM);
         return;
@@ -351,13 +361,8 @@ static int start_atomic(struct mca_btl_base_module_t *btl, struct mca_btl_base_e
                               .addr = remote_address, .operand = operand, .compare = compare};
         uint64_t old = 0;
         bool ok = run_atomic(&r, &old);
-        if (ok && NULL != local_address) {
-            if (8 == width) {
-                memcpy(local_address, &old, 8);
-            } else {
-                uint32_t v = (uint32_t) old;
-                memcpy(local_address, &v, 4);
-            }
+        if (ok) {
+            store_old(local_address, old, width);
         }
         cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata,
                ok ? OPAL_SUCCESS : OPAL_ERR_BAD_PARAM);
