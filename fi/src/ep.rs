@@ -575,7 +575,7 @@ impl Ep {
         if tag != CORE_TAG {
             return;
         }
-        self.received.fetch_add(1, Ordering::Relaxed);
+        crate::util::count_one(&self.received);
         let src = |h: &Header| Source { task, window: h.src_window };
         match Header::decode(bytes) {
             Some((h, payload)) if h.body == Body::Eager => self.arrive(src(&h), h, payload),
@@ -852,7 +852,7 @@ impl Ep {
                 }
                 return fi_err(e) as isize;
             }
-            self.sent.fetch_add(1, Ordering::Relaxed);
+            crate::util::count_one(&self.sent);
         }
         if !inject {
             self.push_tx(Completion::ok(ctx, FI_SEND | kind_flag(kind)), flags & FI_COMPLETION != 0);
@@ -886,7 +886,7 @@ impl Ep {
             }
             return fi_err(e) as isize;
         }
-        self.sent.fetch_add(1, Ordering::Relaxed);
+        crate::util::count_one(&self.sent);
         0
     }
 
