@@ -54,6 +54,14 @@ const PID_POLL_NS: u64 = 100_000_000;
 /// (30-40 us on this VM, most of a 4 KiB get's round trip).  Bounded, so
 /// a target whose initiators stopped goes back to using no CPU.
 const RMA_LINGER_NS: u64 = 50_000;
+/// A linger whose yield ran another thread found its CPU wanted: the FLIH
+/// then blocks right after serving for this long.  A lingering FLIH is
+/// merely runnable, and each such yield waited out a time slice of the
+/// thread it let run (3 initiators spinning on 2 CPUs waited 16 ms per
+/// compare-and-swap); a blocked one is woken ahead of the running threads.
+/// Contention outlasts one request: remembered, it costs one slice per
+/// period, not one per request.
+const RMA_CONTENDED_NS: u64 = 100_000_000;
 /// A pidfd's token: PID_BIT | task.
 const PID_BIT: u64 = 1 << 62;
 
@@ -200,8 +208,10 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
     let mut pending = PendingSet::default();
     let mut paused_until: Option<u64> = None;
     let mut pids_checked = 0u64;
-    // When the FLIH last served an RMA request (see RMA_LINGER_NS).
+    // When the FLIH last served an RMA request (see RMA_LINGER_NS), and
+    // until when it does not linger (RMA_CONTENDED_NS).
     let mut rma_served_at: Option<u64> = None;
+    let mut linger_from = 0u64;
     loop {
         // Peers without a pidfd are checked every PID_POLL_NS; handshakes
         // have deadlines; a paused listener resumes.  Otherwise the FLIH
@@ -238,7 +248,10 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
                 TOKEN_PID_POLL => inner.poll_pids(),
                 TOKEN_RMA => {
                     if inner.poll_rma_served() {
-                        rma_served_at = Some(sys::now_ns());
+                        let now = sys::now_ns();
+                        if now >= linger_from {
+                            rma_served_at = Some(now);
+                        }
                     }
                 }
                 TOKEN_RMA_OUT => {
@@ -258,6 +271,7 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
                 rma_served_at = None;
             } else if n == 0 && yield_ran_another() {
                 rma_served_at = None;
+                linger_from = sys::now_ns() + RMA_CONTENDED_NS;
             }
         }
         for p in pending.expired(now) {
