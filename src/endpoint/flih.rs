@@ -54,13 +54,17 @@ const PID_POLL_NS: u64 = 100_000_000;
 /// (30-40 us on this VM, most of a 4 KiB get's round trip).  Bounded, so
 /// a target whose initiators stopped goes back to using no CPU.
 const RMA_LINGER_NS: u64 = 50_000;
-/// A linger whose yield ran another thread found its CPU wanted: the FLIH
-/// then blocks right after serving for this long.  A lingering FLIH is
-/// merely runnable, and each such yield waited out a time slice of the
-/// thread it let run (3 initiators spinning on 2 CPUs waited 16 ms per
-/// compare-and-swap); a blocked one is woken ahead of the running threads.
-/// Contention outlasts one request: remembered, it costs one slice per
-/// period, not one per request.
+/// A linger whose yield let another thread run this long met a thread
+/// that uses whole time slices (a spinning rank): the FLIH then blocks
+/// right after serving for RMA_CONTENDED_NS.  Each such yield waited out
+/// the spinner's slice (3 initiators spinning on 2 CPUs waited 6-16 ms per
+/// compare-and-swap); a blocked FLIH is woken ahead of the running
+/// threads.  Contention by spinners outlasts one request: remembered, it
+/// costs one slice per period, not one per request.  A shorter yield (a
+/// thread that ran briefly) ends only that linger: blocking after every
+/// request then cost more than it saved (IMB-RMA, one rank per node, 20%
+/// slower).
+const RMA_YIELD_SLICE_NS: u64 = 500_000;
 const RMA_CONTENDED_NS: u64 = 100_000_000;
 /// A pidfd's token: PID_BIT | task.
 const PID_BIT: u64 = 1 << 62;
@@ -181,14 +185,15 @@ pub(crate) fn run(inner: &Inner) {
     inner.flih_failed();
 }
 
-/// Each empty poll of the linger yields the CPU; true if the yield ran
-/// another thread (it counts as an involuntary context switch only then).
-/// That CPU is contended (oversubscribed ranks, other jobs) and the linger
-/// ends: a yielded FLIH is merely runnable and waits its turn, where a
-/// blocked one is woken ahead of the running threads.  Lingering on busy
-/// CPUs regardless made 3 ranks on 2 cores (MPICH's large_acc_flush_local)
+/// Each empty poll of the linger yields the CPU.  None if the yield ran
+/// no other thread; else how long the others ran (a yield that runs
+/// another thread counts as an involuntary context switch).  That CPU is
+/// contended (oversubscribed ranks, other jobs) and the linger ends: a
+/// yielded FLIH is merely runnable and waits its turn, where a blocked one
+/// is woken ahead of the running threads.  Lingering on busy CPUs
+/// regardless made 3 ranks on 2 cores (MPICH's large_acc_flush_local)
 /// slower, not faster.
-fn yield_ran_another() -> bool {
+fn yield_ran_another() -> Option<u64> {
     let switches = || {
         // SAFETY: getrusage writes the struct we pass; all-zero is a valid rusage.
         unsafe {
@@ -197,9 +202,9 @@ fn yield_ran_another() -> bool {
             ru.ru_nivcsw
         }
     };
-    let before = switches();
+    let (before, at) = (switches(), sys::now_ns());
     std::thread::yield_now();
-    switches() != before
+    (switches() != before).then(|| sys::now_ns().saturating_sub(at))
 }
 
 /// Dispatch events until shutdown.
@@ -269,9 +274,13 @@ fn event_loop(inner: &Inner) -> std::io::Result<()> {
         if let Some(at) = rma_served_at {
             if now.saturating_sub(at) >= RMA_LINGER_NS {
                 rma_served_at = None;
-            } else if n == 0 && yield_ran_another() {
-                rma_served_at = None;
-                linger_from = sys::now_ns() + RMA_CONTENDED_NS;
+            } else if n == 0 {
+                if let Some(away) = yield_ran_another() {
+                    rma_served_at = None;
+                    if away >= RMA_YIELD_SLICE_NS {
+                        linger_from = sys::now_ns() + RMA_CONTENDED_NS;
+                    }
+                }
             }
         }
         for p in pending.expired(now) {
