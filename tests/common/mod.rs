@@ -177,9 +177,83 @@ pub fn flih_sleeps() -> u64 {
 /// Voluntary context switches (blocking sleeps) of thread `tid` of this
 /// process so far.
 pub fn thread_sleeps(tid: libc::pid_t) -> u64 {
+    thread_switches(tid, "voluntary_ctxt_switches:")
+}
+
+/// Involuntary context switches of thread `tid` of this process so far
+/// (preemptions, and yields that ran another thread).
+pub fn thread_preemptions(tid: libc::pid_t) -> u64 {
+    thread_switches(tid, "nonvoluntary_ctxt_switches:")
+}
+
+fn thread_switches(tid: libc::pid_t, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap_or_default();
-    let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:")).unwrap();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap();
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// One get of `dst.len()` bytes over the RMA channel to task 0, its
+/// completion polled for (the initiator spins, as osc rdma's blocking get
+/// does: its own FLIH stays out).
+pub fn polled_get(e: &Endpoint, addr: u64, key: u64, dst: &mut [u8]) {
+    // SAFETY: `dst` outlives the op: we poll until it is reported.
+    let d = unsafe { doorbell::ReadDst::new(dst.as_mut_ptr(), dst.len()) };
+    e.rma(0, 0, doorbell::RmaOp::Get { len: dst.len() as u64 }, addr, key, &[], Some(d), 7).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut out = [doorbell::ReadDone { cookie: 0, status: Ok(()) }; 1];
+    loop {
+        e.progress(0, &mut |_, _, _| {}).unwrap();
+        if e.reads_done(0, &mut out).unwrap() == 1 {
+            assert_eq!(out[0].status, Ok(()));
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "a get did not end");
+    }
+}
+
+/// A 4 KiB page that task 0 (`target`) exposes for reads to task 1
+/// (`initiator`), whose channel the first get opened; this thread runs
+/// on `initiator_cpu`, every FLIH thread (`flihs`) on `flih_cpu`.
+pub struct ServedPage {
+    pub target: Endpoint,
+    pub initiator: Endpoint,
+    pub mem: Vec<u8>,
+    pub key: u64,
+    pub flih_cpu: usize,
+    pub flihs: Vec<libc::pid_t>,
+}
+
+impl ServedPage {
+    pub fn new() -> ServedPage {
+        let j = job();
+        let (target, initiator) = (ep(&j, 0, 1), ep(&j, 1, 2));
+        connect_all(&[&target, &initiator]);
+        let (initiator_cpu, flih_cpu) = two_cpus();
+        pin(0, initiator_cpu);
+        let flihs = flih_tids();
+        assert!(!flihs.is_empty(), "no doorbell-flih thread found");
+        for &t in &flihs {
+            pin(t, flih_cpu);
+        }
+        let mem: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+        let key = target.expose_rma(mem.as_ptr() as u64, mem.len() as u64, doorbell::ACCESS_READ).unwrap();
+        let page = ServedPage { target, initiator, mem, key, flih_cpu, flihs };
+        let mut got = vec![0u8; 4096];
+        page.get(&mut got);
+        assert!(got == page.mem, "the get's data differs");
+        page
+    }
+
+    /// One polled get of the page into `got`.
+    pub fn get(&self, got: &mut [u8]) {
+        polled_get(&self.initiator, self.mem.as_ptr() as u64, self.key, got);
+    }
+}
+
+impl Drop for ServedPage {
+    fn drop(&mut self) {
+        let _ = self.target.unexpose(self.key);
+    }
 }
 
 /// The ids of this process's FLIH threads.
