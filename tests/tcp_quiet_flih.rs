@@ -14,7 +14,7 @@
 
 mod common;
 use common::*;
-use doorbell::{Endpoint, ReadDone, ReadDst, RmaOp, WaitMode, Woke, ACCESS_READ};
+use doorbell::{Endpoint, WaitMode, Woke, ACCESS_READ};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -122,16 +122,7 @@ fn replies_a_polling_initiator_reads_do_not_wake_its_flih() {
     let mut got = vec![0u8; 64];
     let mut get = || {
         got.fill(0);
-        // SAFETY: `got` outlives the op: we poll until it is reported.
-        let d = unsafe { ReadDst::new(got.as_mut_ptr(), got.len()) };
-        a.rma(0, 0, RmaOp::Get { len: got.len() as u64 }, base, key, &[], Some(d), 7).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut out = [ReadDone { cookie: 0, status: Ok(()) }; 1];
-        while a.reads_done(0, &mut out).unwrap() == 0 {
-            a.progress(0, &mut |_, _, _| {}).unwrap();
-            assert!(Instant::now() < deadline, "a get did not end");
-        }
-        assert_eq!(out[0].status, Ok(()));
+        polled_get(&a, base, key, &mut got);
         assert!(got == mem, "the get's data differs");
     };
     // The channel opens with the first op.

@@ -199,7 +199,7 @@ pub fn polled_get(e: &Endpoint, addr: u64, key: u64, dst: &mut [u8]) {
     // SAFETY: `dst` outlives the op: we poll until it is reported.
     let d = unsafe { doorbell::ReadDst::new(dst.as_mut_ptr(), dst.len()) };
     e.rma(0, 0, doorbell::RmaOp::Get { len: dst.len() as u64 }, addr, key, &[], Some(d), 7).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut out = [doorbell::ReadDone { cookie: 0, status: Ok(()) }; 1];
     loop {
         e.progress(0, &mut |_, _, _| {}).unwrap();
