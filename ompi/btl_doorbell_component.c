@@ -85,12 +85,24 @@ static uint64_t clock_ns(void)
 
 /* Progress reads the time on every call (to tell a wait loop from compute
  * between MPI_Test calls); clock_gettime was 18% of a ping-pong's profile
- * here.  Where the TSC is invariant we scale it instead, calibrated once
- * against the clock; the result only needs to be right to a few percent. */
+ * here.  Where the TSC is invariant we scale it instead, calibrated against
+ * the clock; the result only needs to be right to a few percent.
+ *
+ * The calibration needs two readings some milliseconds apart.  MPI_Init
+ * does not wait for them (a 5 ms sleep there was a quarter of a 2-rank
+ * job's start-up): calibrate_tsc takes the first, and the first call of
+ * mca_btl_doorbell_now_ns at least TSC_CALIBRATION_NS later takes the
+ * second; until then the time is the clock's.  Several threads may read
+ * the time: one of them (the exchange on tsc_calibrating) computes the
+ * scale, stores the base and then publishes the scale with a release
+ * store; a reader that acquires a non-zero scale sees that base. */
 #if defined(__x86_64__)
 #include <x86intrin.h>
-static double tsc_ns_per_tick; /* 0: not calibrated or no invariant TSC */
+#define TSC_CALIBRATION_NS 5000000ull
+static uint64_t tsc_scale_bits;  /* a double, ns per tick; 0: not calibrated */
 static uint64_t tsc_base, tsc_base_ns;
+static uint64_t tsc_first, tsc_first_ns;
+static bool tsc_calibrating;     /* the first reading is taken, the second not yet */
 
 static void calibrate_tsc(void)
 {
@@ -106,26 +118,45 @@ static void calibrate_tsc(void)
     if (f) {
         fclose(f);
     }
-    if (!invariant) {
+    if (!invariant || __atomic_load_n(&tsc_scale_bits, __ATOMIC_RELAXED) != 0) {
         return;
     }
-    uint64_t n0 = clock_ns(), t0 = __rdtsc();
-    struct timespec pause = {0, 5000000}; /* 5 ms */
-    nanosleep(&pause, NULL);
-    uint64_t n1 = clock_ns(), t1 = __rdtsc();
-    if (t1 > t0 && n1 > n0) {
-        tsc_base = t1;
-        tsc_base_ns = n1;
-        tsc_ns_per_tick = (double) (n1 - n0) / (double) (t1 - t0);
+    tsc_first_ns = clock_ns();
+    tsc_first = __rdtsc();
+    __atomic_store_n(&tsc_calibrating, true, __ATOMIC_RELEASE);
+}
+
+/* The second reading, once enough time has passed: by one thread only. */
+static void finish_calibration(uint64_t n1)
+{
+    if (!__atomic_exchange_n(&tsc_calibrating, false, __ATOMIC_ACQUIRE)) {
+        return; /* another thread does it */
     }
+    uint64_t t1 = __rdtsc();
+    if (t1 <= tsc_first || n1 <= tsc_first_ns) {
+        return; /* the clock's time from now on */
+    }
+    double scale = (double) (n1 - tsc_first_ns) / (double) (t1 - tsc_first);
+    uint64_t bits;
+    memcpy(&bits, &scale, sizeof(bits));
+    tsc_base = t1;
+    tsc_base_ns = n1;
+    __atomic_store_n(&tsc_scale_bits, bits, __ATOMIC_RELEASE);
 }
 
 uint64_t mca_btl_doorbell_now_ns(void)
 {
-    if (tsc_ns_per_tick > 0) {
-        return tsc_base_ns + (uint64_t) ((double) (__rdtsc() - tsc_base) * tsc_ns_per_tick);
+    uint64_t bits = __atomic_load_n(&tsc_scale_bits, __ATOMIC_ACQUIRE);
+    if (OPAL_LIKELY(0 != bits)) {
+        double scale;
+        memcpy(&scale, &bits, sizeof(scale));
+        return tsc_base_ns + (uint64_t) ((double) (__rdtsc() - tsc_base) * scale);
     }
-    return clock_ns();
+    uint64_t n = clock_ns();
+    if (__atomic_load_n(&tsc_calibrating, __ATOMIC_ACQUIRE) && n - tsc_first_ns >= TSC_CALIBRATION_NS) {
+        finish_calibration(n);
+    }
+    return n;
 }
 #else
 static void calibrate_tsc(void) {}

@@ -213,6 +213,24 @@ run idle_poll "${MPIRUN[@]}" -np 2 --mca btl self,doorbell --mca btl_doorbell_ve
     --mca btl_doorbell_wait_mode poll "$WORK/btl_probe" recv 1 || true
 grep_in idle_poll 'rank 1 counters:.* sleeps=0 ' "wait_mode=poll never sleeps"
 
+# MPI_Init waits for nothing of ours: no sleep of a millisecond or more in
+# any thread of a rank (the TSC calibration slept 5 ms there), counted by
+# strace beside the same job over vader.  (The membarrier registration's
+# wait, a grace period in the kernel, is tests/membarrier_registration.rs's.)
+long_sleeps() { # BTL: sleeps of >= 1 ms requested by the ranks of a 2-rank job
+    local log="$WORK/init_sleeps.$1"
+    "${MPIRUN[@]}" -np 2 --mca btl "self,$1" strace -f -ff -qq -e trace=nanosleep,clock_nanosleep -o "$log" \
+        "$WORK/btl_probe" exchange >"$log.out" 2>&1 || { echo "?"; return; }
+    cat "$log".[0-9]* | grep -Ec 'tv_sec=[1-9]|tv_nsec=[0-9]{7}' || true
+}
+vader_sleeps=$(long_sleeps vader)
+doorbell_sleeps=$(long_sleeps doorbell)
+if [ "$doorbell_sleeps" != "?" ] && [ "$vader_sleeps" != "?" ] && [ "$doorbell_sleeps" -le "$vader_sleeps" ]; then
+    pass "a job's ranks sleep no longer than over vader ($doorbell_sleeps sleeps of >= 1 ms, vader $vader_sleeps)"
+else
+    fail "a job's ranks sleep no longer than over vader ($doorbell_sleeps sleeps of >= 1 ms, vader $vader_sleeps)"
+fi
+
 # ---- the empty progress pass ----------------------------------------------
 # Most progress passes find nothing, and with more ranks than cores their
 # cost multiplies: a collective step waits for every runnable rank's turn.

@@ -6,12 +6,13 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 # (valgrind: ompi/check.sh counts an empty progress pass's instructions with callgrind;
+#  strace: it counts the sleeps of a job's ranks;
 #  openmpi-bin also brings ompi-server, which mpi-tests/spawn.sh's connect/accept
 #  between two mpiruns needs, and python3-mpi4py its MPIPoolExecutor run)
 packages=(
     build-essential cmake pkg-config git binutils procps iproute2 util-linux
     openmpi-bin libopenmpi-dev netpipe-openmpi python3-mpi4py python3-numpy python3-matplotlib
-    clang libclang-dev valgrind
+    clang libclang-dev valgrind strace
     libfabric-bin libfabric-dev python3-venv
     libasan8 # gcc 12's AddressSanitizer runtime, for scripts/asan.sh (a gcc dependency too)
 )

@@ -41,6 +41,22 @@
 //! (ControlHeader::light_rings), and a sender rings lightly only if it
 //! does and its own process is registered (`asymmetric`).  Loom has no
 //! model of membarrier; the stress test below runs the real one.
+//!
+//! Registration runs off the caller's thread (`register_in_background`):
+//! in a process with threads the kernel waits out an RCU grace period,
+//! 10-15 ms of MPI_Init otherwise.  Until it returns, `asymmetric` says no
+//! and this process's senders fence; a receiver needs no registration to
+//! make the heavy barrier.  A light ring after the registration returned
+//! (an Acquire of `REGISTERED`, which the registering thread stores with
+//! Release after the call) is safe against every heavy barrier: one that
+//! started after the registration returned includes this process, as
+//! membarrier(2) promises for processes registered before the call; one
+//! that started before had the receiver's arm globally visible at its
+//! start (the arm's SeqCst fence, and the system call's entry barrier,
+//! come first in the receiver's thread), so the sender's ARMED load, later
+//! in time, sees it and rings.  The second case rests on the hardware
+//! making a fenced store visible to all CPUs at once (x86-64 and ARMv8
+//! are multi-copy atomic).
 
 use crate::sys::sync::{fence, AtomicU32, Ordering};
 use std::time::Duration;
@@ -124,13 +140,54 @@ pub fn ring_light<P: Parker>(parker: &P, word: &AtomicU32) -> Rang {
     ring(parker, word)
 }
 
-/// Whether this process takes part in light rings: the kernel has
-/// membarrier(GLOBAL_EXPEDITED) and the process is registered for it.
-/// Asked (and registered) once per process.
+/// Whether this process rings lightly: its registration for
+/// membarrier(GLOBAL_EXPEDITED) has returned (`register_in_background`).
 #[cfg(not(loom))]
 pub fn asymmetric() -> bool {
-    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *REGISTERED.get_or_init(crate::sys::membarrier_register_global)
+    REGISTERED.load(std::sync::atomic::Ordering::Acquire)
+}
+
+/// Set (Release) once this process's registration returned.
+#[cfg(not(loom))]
+static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a receiver here can make the heavy barrier: the kernel has
+/// membarrier(GLOBAL_EXPEDITED).  Asked once per process.
+#[cfg(not(loom))]
+pub fn heavy_barrier_supported() -> bool {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORTED.get_or_init(crate::sys::membarrier_global_supported)
+}
+
+/// Register this process for light rings, once; true if it is registered
+/// when this returns.  Blocks for the kernel's grace period: callers on a
+/// latency path use `register_in_background`.
+#[cfg(not(loom))]
+pub fn register_now() -> bool {
+    static REGISTRATION: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *REGISTRATION.get_or_init(crate::sys::membarrier_register_global);
+    if ok {
+        REGISTERED.store(true, std::sync::atomic::Ordering::Release);
+    }
+    ok
+}
+
+/// Start this process's registration on a thread of its own, once; if no
+/// thread can be started, register here.
+#[cfg(not(loom))]
+pub fn register_in_background() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        if !heavy_barrier_supported() {
+            return;
+        }
+        let spawned = std::thread::Builder::new().name("doorbell-membarrier".into()).spawn(|| {
+            register_now();
+        });
+        if spawned.is_err() {
+            register_now();
+        }
+    });
 }
 
 /// Receiver, between `arm` and the re-check, where light rings may come:
@@ -277,7 +334,8 @@ mod tests {
     /// delay its system call takes.)
     #[test]
     fn a_light_ring_skips_an_awake_receiver_and_wakes_a_sleeping_one() {
-        assert!(asymmetric(), "this kernel has membarrier(GLOBAL_EXPEDITED); registration must work");
+        assert!(register_now(), "this kernel has membarrier(GLOBAL_EXPEDITED); registration must work");
+        assert!(asymmetric());
         let bell = Arc::new(AtomicU32::new(0));
         assert_eq!(ring_light(&SharedFutex, &bell), Rang::Skipped);
         assert_eq!(bell.load(Ordering::Relaxed), 0, "an awake receiver's word is left alone");

@@ -212,8 +212,13 @@ impl Control {
         h.unlink_after.store(peers.map_or(UNLINK_AT_CLOSE, |n| n.min(UNLINK_AT_CLOSE - 1)), Ordering::Relaxed);
         // Without local peers the segment is unlinked below and nobody else
         // maps it: no sender can ring lightly, so a sleep needs no heavy
-        // barrier (a membarrier system call per sleep, for nothing).
-        h.light_rings.store((peers != Some(0) && crate::shm::bell::asymmetric()) as u32, Ordering::Relaxed);
+        // barrier (a membarrier system call per sleep, for nothing).  Our
+        // own rings turn light once this process's registration is done.
+        let light = peers != Some(0) && crate::shm::bell::heavy_barrier_supported();
+        if light {
+            crate::shm::bell::register_in_background();
+        }
+        h.light_rings.store(light as u32, Ordering::Relaxed);
         h.token.store(token, Ordering::Relaxed);
         h.windows_open.store(1, Ordering::Relaxed);
         // SYNC POINT B: publishes the header fields above (Acquire in `open`).
@@ -447,7 +452,7 @@ mod tests {
         let job = format!("ct-light-{}", std::process::id());
         let shared = Control::create("/dev/shm", &job, 0, Some(1), 4096).unwrap();
         let light = shared.header().light_rings.load(Ordering::Relaxed);
-        assert_eq!(light, crate::shm::bell::asymmetric() as u32);
+        assert_eq!(light, crate::shm::bell::heavy_barrier_supported() as u32);
         let alone = Control::create("/dev/shm", &format!("{job}-alone"), 0, Some(0), 4096).unwrap();
         assert_eq!(alone.header().light_rings.load(Ordering::Relaxed), 0);
         assert_eq!(Control::create_private(0).unwrap().header().light_rings.load(Ordering::Relaxed), 0);

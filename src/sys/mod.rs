@@ -18,7 +18,7 @@ pub mod try_lock;
 
 #[cfg(not(loom))]
 pub(crate) use os::{
-    epoll_wait, futex_wait_shared, futex_wake_shared, membarrier_global, membarrier_register_global, now_ns, pidfd_open,
+    epoll_wait, futex_wait_shared, futex_wake_shared, membarrier_global, membarrier_global_supported, membarrier_register_global, now_ns, pidfd_open,
     poll, process_alive, random, random_nonzero_u64, recv, recv_append, recv_split, send_nosignal, tcp_unacked,
 };
 

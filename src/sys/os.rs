@@ -73,16 +73,21 @@ const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
 const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_long = 1 << 1;
 const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
 
-/// Register this process as a target of MEMBARRIER_CMD_GLOBAL_EXPEDITED
-/// (Linux 4.16).  False if the kernel lacks it or a seccomp filter refuses.
-pub fn membarrier_register_global() -> bool {
+/// Whether the kernel has MEMBARRIER_CMD_GLOBAL_EXPEDITED (Linux 4.16).
+/// False also if a seccomp filter refuses membarrier.
+pub fn membarrier_global_supported() -> bool {
     // SAFETY: plain syscall with integer arguments.
     let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
-    if cmds < 0 || cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED == 0 {
-        return false;
-    }
-    // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0 }
+    cmds >= 0 && cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED != 0
+}
+
+/// Register this process as a target of MEMBARRIER_CMD_GLOBAL_EXPEDITED.
+/// False if the kernel lacks it or a seccomp filter refuses.  In a process
+/// with more than one thread the kernel waits for an RCU grace period
+/// (10-15 ms on the test VM).
+pub fn membarrier_register_global() -> bool {
+    // SAFETY: plain syscall with integer arguments.
+    membarrier_global_supported() && unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0 }
 }
 
 /// A memory barrier on every CPU that runs a registered process.
