@@ -23,7 +23,8 @@
 # Environment: CONFIGS ("self,vader self,doorbell self,doorbell+tcp"; see
 # config_args in ext_lib.sh), ROUNDS (5), IMB_NP (2), RUN_TIMEOUT (seconds
 # per mpirun, 300), OUT (<repo>/target/rma-ext), ONLY (imb, mpi4py or
-# mpich: one of the three), EXT_NODES (2: every job across the two network
+# mpich: one of the three), MPICH_SKIP (0: the testlist lines to skip,
+# to go on from a run stopped for time), EXT_NODES (2: every job across the two network
 # namespaces of mpi-tests/netns, as root; give CONFIGS then, since vader
 # and tcp have no one-sided path across nodes with the default osc).
 set -uo pipefail
@@ -36,6 +37,7 @@ IMB_NP=${IMB_NP:-2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 OUT=${OUT:-$ROOT/target/rma-ext}
 ONLY=${ONLY:-}
+MPICH_SKIP=${MPICH_SKIP:-0}
 # shellcheck source=mpi-tests/ext_lib.sh
 . "$HERE/ext_lib.sh"
 ext_init
@@ -212,6 +214,7 @@ if [[ -z $ONLY || $ONLY == mpich ]]; then
     while read -r name np rest; do
         # @largetest@ lines are off unless MPICH's configure enables them
         [[ -z $name || $name == \#* || $name == @* ]] && continue
+        ((MPICH_SKIP > 0)) && { MPICH_SKIP=$((MPICH_SKIP - 1)); continue; }
         if [[ ! -x $BIN/$name ]]; then
             srcs=()
             for s in ${SOURCES[$name]:-$name.c}; do [[ $s == *.c ]] && srcs+=("$T/rma/$s"); done

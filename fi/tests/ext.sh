@@ -6,7 +6,9 @@
 #   mpich-doorbell the same with ch4:ofi, FI_PROVIDER=doorbell and
 #                  MPIR_CVAR_NOLOCAL=1 (all traffic through the provider);
 #   ompi-vader     Open MPI 4.1, pml ob1, btl self,vader;
-#   ompi-doorbell  Open MPI 4.1, pml cm, mtl ofi, provider doorbell.
+#   ompi-doorbell  Open MPI 4.1, pml cm, mtl ofi, provider doorbell;
+#   ompi-btl       Open MPI 4.1, pml ob1, btl self,doorbell (the BTL, not
+#                  the provider: MPIS=btl runs it beside ompi-vader).
 # Suites:
 #   - MPICH 4.0.2's test/mpi (SUITES: pt2pt coll rma comm threads), every
 #     line of each testlist, one launch per line; built with the wheel's
@@ -24,7 +26,11 @@
 # when doorbell fails a test its MPI's default passes.  Not part of make
 # test: the whole run takes hours on a 2-core machine.
 #
-# Environment: MPIS ("mpich ompi"), SUITES ("pt2pt coll rma comm threads
+# With EXT_NODES=2 (MPIS=btl only) every Open MPI launch spans the two
+# network-namespace nodes of mpi-tests/netns (ext_lib.sh), and the
+# reference is self,vader,tcp.
+#
+# Environment: MPIS ("mpich ompi"; also "btl"), SUITES ("pt2pt coll rma comm threads
 # mpi4py"), MPI4PY_NPS ("1 2 4"), RUN_TIMEOUT (seconds per launch unless
 # the testlist asks for more, 180), MPICH_VENV (<repo>/target/venv-mpich),
 # MPI4PY_VENV (<repo>/target/venv-mpich-mpi4py, made here), OUT
@@ -46,6 +52,10 @@ CONFIGS=
 . "$ROOT/mpi-tests/ext_lib.sh"
 mkdir -p "$OUT/logs" "$EXT_DIR"
 PROV=$OUT/prov
+if [[ ${EXT_NODES:-1} == 2 ]]; then
+    [[ $MPIS == btl ]] || { echo "EXT_NODES=2 runs MPIS=btl only"; exit 1; }
+    ext_init # the cluster, and MPIRUN across it
+fi
 NEW_FAILURES=()
 SUMMARY=()
 
@@ -94,11 +104,18 @@ launch() {
     ompi-*)
         for e in "${envs[@]}"; do xs+=(-x "$e"); done
         local sel=(--mca pml ob1 --mca btl self,vader)
+        [[ $c == ompi-btl ]] && sel=(--mca pml ob1 --mca btl self,doorbell --mca btl_doorbell_if_include lo)
         if [[ $c == ompi-doorbell ]]; then
             sel=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include doorbell)
             for e in "${fi_env[@]}"; do xs+=(-x "$e"); done
         fi
-        (cd "$dir" && nice -n 10 timeout -k 10 "$limit" mpirun.openmpi --allow-run-as-root --oversubscribe \
+        local run=(mpirun.openmpi --allow-run-as-root --oversubscribe)
+        if [[ ${EXT_NODES:-1} == 2 ]]; then
+            run=("${MPIRUN[@]}")
+            [[ $c == ompi-vader ]] && sel=(--mca btl self,vader,tcp)
+            [[ $c == ompi-btl ]] && sel=(--mca btl self,doorbell)
+        fi
+        (cd "$dir" && nice -n 10 timeout -k 10 "$limit" "${run[@]}" \
             "${sel[@]}" "${xs[@]}" -np "$np" "$@") </dev/null >"$log" 2>&1 ;;
     esac
     rc=$?
@@ -160,11 +177,13 @@ summarize() { # SUITE
 }
 
 # ---- MPICH's test/mpi ----
+# builds_of MPIS: the builds they run (btl runs Open MPI's)
+builds_of() { echo "$1" | tr ' ' '\n' | sed 's/^btl$/ompi/' | sort -u | tr '\n' ' '; }
 MPICH_DIRS=()
 for s in $SUITES; do [[ $s != mpi4py ]] && MPICH_DIRS+=("$s"); done
 if ((${#MPICH_DIRS[@]})); then
     T=$(ext_mpich_tests "${MPICH_DIRS[@]}" util include) || { echo "no MPICH tests"; exit 1; }
-    for mpi in $MPIS; do
+    for mpi in $(builds_of "$MPIS"); do
         cc=mpicc.openmpi
         [[ $mpi == mpich ]] && cc=$MPICH_VENV/bin/mpicc
         BIN=$OUT/bin-$mpi
@@ -213,7 +232,7 @@ mpich_dir() {
         local tname="$sub/$name np=$np ${args[*]} ${envs[*]}"
         [[ -n $ONLY && ! $tname =~ $ONLY ]] && continue
         local built=1
-        for mpi in $MPIS; do
+        for mpi in $(builds_of "$MPIS"); do
             local BIN=$OUT/bin-$mpi cc=mpicc.openmpi exe
             [[ $mpi == mpich ]] && cc=$MPICH_VENV/bin/mpicc
             mkdir -p "$BIN/$sub"
@@ -242,6 +261,7 @@ for mpi in $MPIS; do
     case $mpi in
     mpich) CONFIGS="mpich-shm mpich-doorbell" ;;
     ompi) CONFIGS="ompi-vader ompi-doorbell" ;;
+    btl) CONFIGS="ompi-vader ompi-btl" ;;
     *) echo "unknown MPI $mpi"; exit 1 ;;
     esac
     for s in "${MPICH_DIRS[@]}"; do
