@@ -47,8 +47,8 @@
 //! 10-15 ms of MPI_Init otherwise.  Until it returns, `asymmetric` says no
 //! and this process's senders fence; a receiver needs no registration to
 //! make the heavy barrier.  A light ring after the registration returned
-//! (an Acquire of `REGISTERED`, which the registering thread stores with
-//! Release after the call) is safe against every heavy barrier: one that
+//! (`asymmetric` reads its result from a `OnceLock`, whose initialisation
+//! it acquires) is safe against every heavy barrier: one that
 //! started after the registration returned includes this process, as
 //! membarrier(2) promises for processes registered before the call; one
 //! that started before had the receiver's arm globally visible at its
@@ -141,15 +141,16 @@ pub fn ring_light<P: Parker>(parker: &P, word: &AtomicU32) -> Rang {
 }
 
 /// Whether this process rings lightly: its registration for
-/// membarrier(GLOBAL_EXPEDITED) has returned (`register_in_background`).
+/// membarrier(GLOBAL_EXPEDITED) has returned, and succeeded
+/// (`register_in_background`).
 #[cfg(not(loom))]
 pub fn asymmetric() -> bool {
-    REGISTERED.load(std::sync::atomic::Ordering::Acquire)
+    REGISTRATION.get() == Some(&true)
 }
 
-/// Set (Release) once this process's registration returned.
+/// The result of this process's registration, once it returned.
 #[cfg(not(loom))]
-static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static REGISTRATION: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// Whether a receiver here can make the heavy barrier: the kernel has
 /// membarrier(GLOBAL_EXPEDITED).  Asked once per process.
@@ -164,12 +165,7 @@ pub fn heavy_barrier_supported() -> bool {
 /// latency path use `register_in_background`.
 #[cfg(not(loom))]
 pub fn register_now() -> bool {
-    static REGISTRATION: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let ok = *REGISTRATION.get_or_init(crate::sys::membarrier_register_global);
-    if ok {
-        REGISTERED.store(true, std::sync::atomic::Ordering::Release);
-    }
-    ok
+    *REGISTRATION.get_or_init(|| heavy_barrier_supported() && crate::sys::membarrier_register_global())
 }
 
 /// Start this process's registration on a thread of its own, once; if no

@@ -81,13 +81,13 @@ pub fn membarrier_global_supported() -> bool {
     cmds >= 0 && cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED != 0
 }
 
-/// Register this process as a target of MEMBARRIER_CMD_GLOBAL_EXPEDITED.
-/// False if the kernel lacks it or a seccomp filter refuses.  In a process
-/// with more than one thread the kernel waits for an RCU grace period
-/// (10-15 ms on the test VM).
+/// Register this process as a target of MEMBARRIER_CMD_GLOBAL_EXPEDITED
+/// (ask `membarrier_global_supported` first).  False if the kernel or a
+/// seccomp filter refuses.  In a process with more than one thread the
+/// kernel waits for an RCU grace period (10-15 ms on the test VM).
 pub fn membarrier_register_global() -> bool {
     // SAFETY: plain syscall with integer arguments.
-    membarrier_global_supported() && unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0 }
+    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0 }
 }
 
 /// A memory barrier on every CPU that runs a registered process.
