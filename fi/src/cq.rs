@@ -38,6 +38,57 @@ impl Completion {
     }
 }
 
+/// A read's own buffer, open to the completions of the progress pass the
+/// read makes: they go straight to the caller, not through `queue` (its
+/// lock, and the copies in and out).  Open only if the queue was empty
+/// when the pass began, and closed for good at the first completion for
+/// this queue that it cannot take (an error, which `readerr` reads from
+/// the queue, or no room left): this queue's completions still leave in
+/// the order they were made.  Made only by `Cq::read`, for the length of
+/// its pass; `Sink::none()` takes nothing.
+pub struct Sink {
+    cq: *const Cq,
+    buf: *mut c_void,
+    src: *mut fi_addr_t,
+    count: usize,
+    n: usize,
+    open: bool,
+}
+
+impl Sink {
+    /// A sink that takes nothing: completions made outside a read's pass.
+    pub fn none() -> Sink {
+        Sink { cq: std::ptr::null(), buf: std::ptr::null_mut(), src: std::ptr::null_mut(), count: 0, n: 0, open: false }
+    }
+
+    /// Write `c` into the reader's buffer if it is for this sink's queue
+    /// and the sink is open with room: true if taken.  A completion for
+    /// this queue that is not taken closes the sink (it goes to the queue,
+    /// and nothing made after it may leave before it).
+    #[inline]
+    pub fn take(&mut self, cq: &Cq, c: &Completion) -> bool {
+        if !std::ptr::eq(cq, self.cq) {
+            return false;
+        }
+        if self.open && c.err.is_none() && self.n < self.count {
+            // SAFETY: a sink for `cq` is made only by `Cq::read`, whose
+            // caller's buffer holds `count` entries of the queue's format
+            // (and `src` is NULL or holds `count` addresses); n < count,
+            // and the sink lives only during that read.
+            unsafe {
+                cq.write(self.buf, self.n, c);
+                if !self.src.is_null() {
+                    *self.src.add(self.n) = c.src;
+                }
+            }
+            self.n += 1;
+            return true;
+        }
+        self.open = false;
+        false
+    }
+}
+
 #[repr(C)]
 pub struct CqFid {
     pub fid: fid_cq,
@@ -253,10 +304,15 @@ impl Cq {
     /// Progress every open bound endpoint once (no allocation, and
     /// without `overflow` no locked instruction: every read does it).
     pub fn progress(&self) {
+        self.progress_into(&mut Sink::none());
+    }
+
+    /// `progress`, the completions it makes offered to `out` first.
+    fn progress_into(&self, out: &mut Sink) {
         if self.overflow.load(Ordering::Acquire) {
             for ep in self.eps.read().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade) {
                 if !ep.is_closed() {
-                    ep.progress();
+                    ep.progress_into(out);
                 }
             }
             return;
@@ -264,26 +320,28 @@ impl Cq {
         for slot in &self.fast {
             let Some(ep) = slot.get() else { break };
             if !ep.is_closed() {
-                ep.progress();
+                ep.progress_into(out);
             }
         }
     }
 
-    /// Move up to `count` successes into `buf` (and sources into `src`).
-    /// Stops at an error entry: -FI_EAVAIL if it is first.
+    /// Move up to `count` successes into `buf` (and sources into `src`),
+    /// from entry `start` on (the ones before it are filled).  Stops at an
+    /// error entry: -FI_EAVAIL if it would be the first.  Returns the
+    /// entries filled, `start` included, or EAGAIN for none.
     ///
     /// # Safety
     /// `buf` holds `count` entries of this queue's format; `src` is NULL or
     /// holds `count` fi_addr_t.
-    unsafe fn drain(&self, buf: *mut c_void, count: usize, src: *mut fi_addr_t) -> isize {
+    unsafe fn drain(&self, buf: *mut c_void, start: usize, count: usize, src: *mut fi_addr_t) -> isize {
         // Most reads find nothing: one load, not the lock's two locked
         // instructions.  (With FI_WAIT_FD the lock's pass also resets the
         // descriptor.)
         if self.wait_fd.is_none() && self.queued.load(Ordering::Acquire) == 0 {
-            return EAGAIN;
+            return if start == 0 { EAGAIN } else { start as isize };
         }
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        let mut n = 0;
+        let mut n = start;
         while n < count {
             let Some(c) = q.front().copied() else { break };
             if c.err.is_some() {
@@ -367,15 +425,22 @@ impl Cq {
             return EAGAIN;
         }
         let entered = crate::wait::read_clock(self);
-        self.progress();
-        // SAFETY: the caller's contract.
-        let mut n = unsafe { self.drain(buf, count, src) };
+        // The pass's completions go straight into `buf` while nothing is
+        // queued before them (most reads that find anything).
+        let mut out = if self.wait_fd.is_none() && self.queued.load(Ordering::Acquire) == 0 {
+            Sink { cq: self, buf, src, count, n: 0, open: true }
+        } else {
+            Sink::none()
+        };
+        self.progress_into(&mut out);
+        // SAFETY: the caller's contract; entries below out.n are filled.
+        let mut n = unsafe { self.drain(buf, out.n, count, src) };
         if n == EAGAIN {
             if !crate::wait::maybe_sleep(self, entered, false) {
                 return EAGAIN;
             }
             // SAFETY: the caller's contract.
-            n = unsafe { self.drain(buf, count, src) };
+            n = unsafe { self.drain(buf, 0, count, src) };
         }
         // A peek's miss is no find: a probe loop is still idle.
         if n > 0 || (n != EAGAIN && !self.head_is(FI_ENOMSG)) {
@@ -429,7 +494,7 @@ impl Cq {
         loop {
             self.progress();
             // SAFETY: the caller's contract.
-            let n = unsafe { self.drain(buf, count, src) };
+            let n = unsafe { self.drain(buf, 0, count, src) };
             if n != EAGAIN {
                 return n;
             }

@@ -6,7 +6,7 @@
 use crate::attr::{IOV_LIMIT, MAX_EAGER, MAX_MSG, QUEUE_SIZE};
 use crate::av::{self, Av};
 use crate::cntr::{self, Cntr};
-use crate::cq::{self, Completion, Cq};
+use crate::cq::{self, Completion, Cq, Sink};
 use crate::domain::{self, DomainInner};
 use crate::matching::{Into, Kind, Matcher, Multi, Posted, Source, Unexpected, Want};
 use crate::stubs::{cm_ops, fid_ops_full, ATOMIC, COLLECTIVE, RMA};
@@ -475,25 +475,31 @@ impl Ep {
 
     /// One progress pass over our window: deliver what the core has.
     pub fn progress(&self) {
+        self.progress_into(&mut Sink::none());
+    }
+
+    /// `progress`, the completions it makes offered to `out` first (a
+    /// read's own buffer, cq.rs).
+    pub fn progress_into(&self, out: &mut Sink) {
         let core = &self.domain.core;
         let Some(work) = self.work() else { return };
         // Another thread delivers (or sleeps delivering): it reports.
         let Ok(mut buf) = self.delivering.try_lock() else { return };
-        let mut deliver = |task, tag, b: SharedBytes<'_>| self.deliver_in(&mut buf, task, tag, b);
+        let mut deliver = |task, tag, b: SharedBytes<'_>| self.deliver_in(&mut buf, out, task, tag, b);
         let r = if work == Work::Local {
             core.ep.progress_local_in_place(self.window, deliver).map(doorbell::Woke::Message)
         } else {
             core.ep.progress_in_place(self.window, &mut deliver)
         };
         match r {
-            Ok(w) => self.woke(w),
+            Ok(w) => self.woke(w, out),
             Err(e) => crate::debug!("progress: {e}"),
         }
-        self.reads_progress();
+        self.reads_progress(out);
     }
 
     /// One-copy reads over TCP that ended: complete their receives.
-    fn reads_progress(&self) {
+    fn reads_progress(&self, out: &mut Sink) {
         if !self.rndv.reads_pending() {
             return;
         }
@@ -503,7 +509,7 @@ impl Ep {
             for d in &done[..n] {
                 let Some(mut w) = self.rndv.read_done(d.cookie) else { continue };
                 if d.status.is_err() {
-                    self.end_read(&w.r, w.src, &w.h, w.d, w.n, false);
+                    self.end_read(&w.r, w.src, &w.h, w.d, w.n, false, out);
                     continue;
                 }
                 scatter_at(w.r.iov.as_slice(), w.off, &w.buf);
@@ -511,7 +517,7 @@ impl Ep {
                 if w.off < w.n {
                     self.read_piece(w);
                 } else {
-                    self.end_read(&w.r, w.src, &w.h, w.d, w.n, true);
+                    self.end_read(&w.r, w.src, &w.h, w.d, w.n, true, out);
                 }
             }
             if n < done.len() {
@@ -523,7 +529,7 @@ impl Ep {
     /// A peer that died (or whose shared memory went corrupt, which ends
     /// it the same way) fails the receives that wait for it alone (FI_EIO):
     /// nothing else will complete them.
-    fn woke(&self, w: doorbell::Woke) {
+    fn woke(&self, w: doorbell::Woke, out: &mut Sink) {
         let task = match w {
             doorbell::Woke::PeerLost(task) | doorbell::Woke::PeerCorrupt(task, _) => task,
             _ => return,
@@ -533,13 +539,13 @@ impl Ep {
             let _ = self.domain.core.ep.unexpose(key);
             let mut c = Completion::ok(w.ctx, FI_SEND | kind_flag(w.kind));
             c.err = Some((FI_EIO, 0));
-            self.push_tx(c, true);
+            self.push_tx_into(c, true, out);
         }
         let gone = self.matcher.lock().unwrap_or_else(|p| p.into_inner()).drop_directed_at(task);
         for p in gone {
             let mut c = Completion::ok(p.r.ctx, FI_RECV | kind_flag(p.r.kind) | multi_flag(&p));
             c.err = Some((FI_EIO, 0));
-            self.push_rx(c, true);
+            self.push_rx_into(c, true, out);
         }
     }
 
@@ -548,15 +554,16 @@ impl Ep {
         let core = &self.domain.core;
         let mode = Some(doorbell::WaitMode::Block);
         let mut buf = self.delivering.lock().unwrap_or_else(|p| p.into_inner());
-        let mut deliver = |task, tag, b: SharedBytes<'_>| self.deliver_in(&mut buf, task, tag, b);
+        let out = &mut Sink::none();
+        let mut deliver = |task, tag, b: SharedBytes<'_>| self.deliver_in(&mut buf, out, task, tag, b);
         match core.ep.wait_in_place(self.window, mode, Some(d), &mut deliver) {
-            Ok(w) => self.woke(w),
+            Ok(w) => self.woke(w, out),
             Err(e) => {
                 crate::debug!("wait: {e}");
                 std::thread::sleep(d.min(Duration::from_millis(1)));
             }
         }
-        self.reads_progress();
+        self.reads_progress(out);
     }
 
     /// End a sleep on our window (no syscall if nobody sleeps).
@@ -567,24 +574,24 @@ impl Ep {
 
     /// `deliver`, for bytes the core hands over in place: shared ones are
     /// copied into `buf` (the delivering lock's) first.
-    fn deliver_in(&self, buf: &mut Vec<u8>, task: u32, tag: u8, b: SharedBytes<'_>) {
-        b.with_slice(buf, |s| self.deliver(task, tag, s));
+    fn deliver_in(&self, buf: &mut Vec<u8>, out: &mut Sink, task: u32, tag: u8, b: SharedBytes<'_>) {
+        b.with_slice(buf, |s| self.deliver(task, tag, s, out));
     }
 
-    fn deliver(&self, task: u32, tag: u8, bytes: &[u8]) {
+    fn deliver(&self, task: u32, tag: u8, bytes: &[u8], out: &mut Sink) {
         if tag != CORE_TAG {
             return;
         }
         crate::util::count_one(&self.received);
         let src = |h: &Header| Source { task, window: h.src_window };
         match Header::decode(bytes) {
-            Some((h, payload)) if h.body == Body::Eager => self.arrive(src(&h), h, payload),
+            Some((h, payload)) if h.body == Body::Eager => self.arrive(src(&h), h, payload, out),
             Some((h, payload)) if h.body == Body::Rendezvous && h.kind == Kind::Tagged => match Rndv::decode(payload) {
                 Some(d) if d.len <= MAX_MSG as u64 => self.arrive_remote(src(&h), h, payload, d),
                 _ => crate::debug!("dropped a malformed one-copy message from task {task}"),
             },
             Some((h, payload)) if h.body == Body::Fin => match Fin::decode(payload) {
-                Some(f) => self.fin(task, f),
+                Some(f) => self.fin(task, f, out),
                 None => crate::debug!("dropped a malformed FIN from task {task}"),
             },
             _ => crate::debug!("dropped a malformed message from task {task}"),
@@ -592,18 +599,18 @@ impl Ep {
     }
 
     /// A message for this endpoint, from the core or from ourselves.
-    fn arrive(&self, src: Source, h: Header, payload: &[u8]) {
+    fn arrive(&self, src: Source, h: Header, payload: &[u8], out: &mut Sink) {
         let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
         let a = m.arrive(h.kind, src, h.tag, h.data, payload);
         // Completed under the lock: a multi-receive buffer's release must
         // follow the messages placed in it.
         if let Some(r) = a.released {
-            self.release_multi(&r);
+            self.release_multi(&r, out);
         }
         match a.into {
             None => {}
-            Some(Into::One(r)) => self.complete_recv(&r, src, &h, payload, None),
-            Some(Into::Multi { r, offset, last }) => self.complete_recv(&r, src, &h, payload, Some((offset, last))),
+            Some(Into::One(r)) => self.complete_recv(&r, src, &h, payload, None, out),
+            Some(Into::Multi { r, offset, last }) => self.complete_recv(&r, src, &h, payload, Some((offset, last)), out),
         }
     }
 
@@ -622,7 +629,7 @@ impl Ep {
         let n = (d.len as usize).min(cap);
         let core = &self.domain.core;
         if n == 0 {
-            return self.end_read(&r, src, &h, d, 0, true);
+            return self.end_read(&r, src, &h, d, 0, true, &mut Sink::none());
         }
         if core.settings.cma && core.ep.peer_pid(src.task).ok().flatten() == Some(d.pid) {
             // SAFETY: a posted receive's buffers are the application's to
@@ -630,7 +637,7 @@ impl Ep {
             match unsafe { crate::rndv::cma_read(d.pid, d.addr, n, r.iov.as_slice()) } {
                 Ok(()) => {
                     self.read_cma.fetch_add(1, Ordering::Relaxed);
-                    return self.end_read(&r, src, &h, d, n, true);
+                    return self.end_read(&r, src, &h, d, n, true, &mut Sink::none());
                 }
                 Err(e) => crate::debug!("process_vm_readv of task {}: {e}: reading over TCP", src.task),
             }
@@ -654,21 +661,22 @@ impl Ep {
         if let Err(e) = self.domain.core.ep.read(task, self.window, dst, addr, key, cookie) {
             crate::debug!("read of task {task}: {e}");
             if let Some(w) = self.rndv.read_done(cookie) {
-                self.end_read(&w.r, w.src, &w.h, w.d, w.n, false);
+                self.end_read(&w.r, w.src, &w.h, w.d, w.n, false, &mut Sink::none());
             }
         }
     }
 
     /// A one-copy read ended: `n` bytes are in `r`'s buffer (if `ok`).
     /// Complete the receive, and tell the sender.
-    fn end_read(&self, r: &Recv, src: Source, h: &Header, d: Rndv, n: usize, ok: bool) {
+    #[allow(clippy::too_many_arguments)]
+    fn end_read(&self, r: &Recv, src: Source, h: &Header, d: Rndv, n: usize, ok: bool, out: &mut Sink) {
         let buf = r.iov.as_slice().first().map_or(0, |e| e.0);
         let mut c = self.recv_completion(r, src, h, n, d.len as usize, buf, false);
         if !ok {
             (c.len, c.err) = (0, Some((FI_EIO as i32, 0)));
         }
         self.send_fin(src, d.key, ok);
-        self.push_rx(c, r.flags & FI_COMPLETION != 0);
+        self.push_rx_into(c, r.flags & FI_COMPLETION != 0, out);
     }
 
     /// The sender of a one-copy message may let its buffer go.
@@ -680,7 +688,7 @@ impl Ep {
     }
 
     /// A receiver is done with one of our one-copy sends.
-    fn fin(&self, task: u32, f: Fin) {
+    fn fin(&self, task: u32, f: Fin, out: &mut Sink) {
         let Some(w) = self.rndv.send_done(f.key, task) else {
             crate::debug!("dropped a FIN from task {task} for no send of ours");
             return;
@@ -690,17 +698,17 @@ impl Ep {
         if !f.ok {
             c.err = Some((FI_EIO, 0));
         }
-        self.push_tx(c, w.wanted);
+        self.push_tx_into(c, w.wanted, out);
     }
 
     /// A multi-receive buffer leaves with no message in this completion.
-    fn release_multi(&self, r: &Recv) {
+    fn release_multi(&self, r: &Recv, out: &mut Sink) {
         let c = Completion::ok(r.ctx, FI_RECV | FI_MSG | FI_MULTI_RECV);
-        self.push_rx(c, true);
+        self.push_rx_into(c, true, out);
     }
 
     /// Copy a message into its receive and complete it.
-    fn complete_recv(&self, r: &Recv, src: Source, h: &Header, payload: &[u8], multi: Option<(usize, bool)>) {
+    fn complete_recv(&self, r: &Recv, src: Source, h: &Header, payload: &[u8], multi: Option<(usize, bool)>, out: &mut Sink) {
         let (copied, buf) = match multi {
             Some((offset, _)) => {
                 let (base, cap) = r.iov.as_slice().first().copied().unwrap_or((0, 0));
@@ -717,7 +725,7 @@ impl Ep {
         };
         let last = multi.is_some_and(|(_, l)| l);
         let c = self.recv_completion(r, src, h, copied, payload.len(), buf, last);
-        self.push_rx(c, r.flags & FI_COMPLETION != 0 || last);
+        self.push_rx_into(c, r.flags & FI_COMPLETION != 0 || last, out);
     }
 
     /// The completion of receive `r`: `copied` of the message's `total`
@@ -768,7 +776,9 @@ impl Ep {
         if send { cs.send.clone() } else { cs.recv.clone() }
     }
 
-    fn push_rx(&self, c: Completion, wanted: bool) {
+    /// Report a receive-side completion: into a reading caller's buffer
+    /// (`out`) if it takes it, else into the bound queue.
+    fn push_rx_into(&self, c: Completion, wanted: bool, out: &mut Sink) {
         if let Some(k) = self.cntr(false) {
             k.bump(c.err.is_some());
         }
@@ -776,19 +786,35 @@ impl Ep {
         // locked instructions less per completion.  The push takes only the
         // queue's own lock.
         if let Some(b) = &*self.rx.read().unwrap_or_else(|p| p.into_inner()) {
-            if c.err.is_some() || !b.selective || wanted {
+            if (c.err.is_some() || !b.selective || wanted) && !out.take(&b.cq, &c) {
                 b.cq.push(c);
             }
         }
     }
 
+    /// `push_rx_into` for the send side.
+    fn push_tx_into(&self, c: Completion, wanted: bool, out: &mut Sink) {
+        if let Some(k) = self.cntr(true) {
+            k.bump(c.err.is_some());
+        }
+        // As push_rx_into.
+        if let Some(b) = &*self.tx.read().unwrap_or_else(|p| p.into_inner()) {
+            if (c.err.is_some() || !b.selective || wanted) && !out.take(&b.cq, &c) {
+                b.cq.push(c);
+            }
+        }
+    }
+
+    /// A completion made outside a read's progress pass: into the queue.
+    fn push_rx(&self, c: Completion, wanted: bool) {
+        self.push_rx_into(c, wanted, &mut Sink::none());
+    }
+
+    /// `push_rx` for the send side (every send's completion).
     fn push_tx(&self, c: Completion, wanted: bool) {
         if let Some(k) = self.cntr(true) {
             k.bump(c.err.is_some());
         }
-        // Pushed under the binding's read lock, not a clone of it: two
-        // locked instructions less per completion.  The push takes only the
-        // queue's own lock.
         if let Some(b) = &*self.tx.read().unwrap_or_else(|p| p.into_inner()) {
             if c.err.is_some() || !b.selective || wanted {
                 b.cq.push(c);
@@ -833,7 +859,7 @@ impl Ep {
         if to.task == core.task {
             let Some(target) = core.local_ep(to.window) else { return negs(FI_EINVAL) };
             let payload: Vec<u8> = parts.concat();
-            target.arrive(Source { task: core.task, window: self.window }, h, &payload);
+            target.arrive(Source { task: core.task, window: self.window }, h, &payload, &mut Sink::none());
             target.wake_rx();
         } else {
             let head = h.encode();
@@ -931,12 +957,14 @@ impl Ep {
             // below, outside the matcher's lock.
             match (into, remote_of(&u)) {
                 (Into::One(r), Some(d)) => reads.push((r, u.src, h, d)),
-                (Into::One(r), None) => self.complete_recv(&r, u.src, &h, &u.payload, None),
-                (Into::Multi { r, offset, last }, _) => self.complete_recv(&r, u.src, &h, &u.payload, Some((offset, last))),
+                (Into::One(r), None) => self.complete_recv(&r, u.src, &h, &u.payload, None, &mut Sink::none()),
+                (Into::Multi { r, offset, last }, _) => {
+                    self.complete_recv(&r, u.src, &h, &u.payload, Some((offset, last)), &mut Sink::none())
+                }
             }
         }
         if let Some(r) = p.released {
-            self.release_multi(&r);
+            self.release_multi(&r, &mut Sink::none());
         }
         drop(m);
         for (r, src, h, d) in reads {
@@ -1016,7 +1044,7 @@ impl Ep {
             self.start_read(Recv { flags: flags | FI_COMPLETION, ..r }, u.src, h, d);
             return 0;
         }
-        self.complete_recv(&Recv { flags: flags | FI_COMPLETION, ..r.clone() }, u.src, &h, &u.payload, None);
+        self.complete_recv(&Recv { flags: flags | FI_COMPLETION, ..r.clone() }, u.src, &h, &u.payload, None, &mut Sink::none());
         0
     }
 }
