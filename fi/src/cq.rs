@@ -67,6 +67,13 @@ impl Sink {
     /// and nothing made after it may leave before it).
     #[inline]
     pub fn take(&mut self, cq: &Cq, c: &Completion) -> bool {
+        self.take_with(cq, c, || c.src)
+    }
+
+    /// `take`, with `c`'s source address from `src_of`, asked only if the
+    /// reader wants sources (fi_cq_readfrom).
+    #[inline]
+    pub fn take_with(&mut self, cq: &Cq, c: &Completion, src_of: impl FnOnce() -> fi_addr_t) -> bool {
         if !std::ptr::eq(cq, self.cq) {
             return false;
         }
@@ -78,7 +85,7 @@ impl Sink {
             unsafe {
                 cq.write(self.buf, self.n, c);
                 if !self.src.is_null() {
-                    *self.src.add(self.n) = c.src;
+                    *self.src.add(self.n) = src_of();
                 }
             }
             self.n += 1;

@@ -545,7 +545,7 @@ impl Ep {
         for p in gone {
             let mut c = Completion::ok(p.r.ctx, FI_RECV | kind_flag(p.r.kind) | multi_flag(&p));
             c.err = Some((FI_EIO, 0));
-            self.push_rx_into(c, true, out);
+            self.push_rx_into(c, true, None, out);
         }
     }
 
@@ -671,12 +671,12 @@ impl Ep {
     #[allow(clippy::too_many_arguments)]
     fn end_read(&self, r: &Recv, src: Source, h: &Header, d: Rndv, n: usize, ok: bool, out: &mut Sink) {
         let buf = r.iov.as_slice().first().map_or(0, |e| e.0);
-        let mut c = self.recv_completion(r, src, h, n, d.len as usize, buf, false);
+        let mut c = self.recv_completion(r, h, n, d.len as usize, buf, false);
         if !ok {
             (c.len, c.err) = (0, Some((FI_EIO as i32, 0)));
         }
         self.send_fin(src, d.key, ok);
-        self.push_rx_into(c, r.flags & FI_COMPLETION != 0, out);
+        self.push_rx_into(c, r.flags & FI_COMPLETION != 0, Some(src), out);
     }
 
     /// The sender of a one-copy message may let its buffer go.
@@ -704,7 +704,7 @@ impl Ep {
     /// A multi-receive buffer leaves with no message in this completion.
     fn release_multi(&self, r: &Recv, out: &mut Sink) {
         let c = Completion::ok(r.ctx, FI_RECV | FI_MSG | FI_MULTI_RECV);
-        self.push_rx_into(c, true, out);
+        self.push_rx_into(c, true, None, out);
     }
 
     /// Copy a message into its receive and complete it.
@@ -724,15 +724,15 @@ impl Ep {
             None => (scatter(r.iov.as_slice(), payload), r.iov.as_slice().first().map_or(0, |e| e.0)),
         };
         let last = multi.is_some_and(|(_, l)| l);
-        let c = self.recv_completion(r, src, h, copied, payload.len(), buf, last);
-        self.push_rx_into(c, r.flags & FI_COMPLETION != 0 || last, out);
+        let c = self.recv_completion(r, h, copied, payload.len(), buf, last);
+        self.push_rx_into(c, r.flags & FI_COMPLETION != 0 || last, Some(src), out);
     }
 
     /// The completion of receive `r`: `copied` of the message's `total`
     /// bytes, at `buf` (FI_ETRUNC for the rest); `last`: a multi-receive
     /// buffer is released with it.
     #[allow(clippy::too_many_arguments)]
-    fn recv_completion(&self, r: &Recv, src: Source, h: &Header, copied: usize, total: usize, buf: usize, last: bool) -> Completion {
+    fn recv_completion(&self, r: &Recv, h: &Header, copied: usize, total: usize, buf: usize, last: bool) -> Completion {
         let mut flags = FI_RECV | kind_flag(h.kind) | if last { FI_MULTI_RECV } else { 0 };
         if h.data.is_some() {
             flags |= FI_REMOTE_CQ_DATA;
@@ -745,7 +745,8 @@ impl Ep {
             buf,
             data: h.data.unwrap_or(0),
             tag: if h.kind == Kind::Tagged { h.tag } else { 0 },
-            src: self.addr_of(src),
+            // push_rx_into looks it up if a reader may want it.
+            src: crate::util::FI_ADDR_NONE,
             err: (truncated > 0).then_some((FI_ETRUNC as i32, truncated)),
         }
     }
@@ -777,8 +778,10 @@ impl Ep {
     }
 
     /// Report a receive-side completion: into a reading caller's buffer
-    /// (`out`) if it takes it, else into the bound queue.
-    fn push_rx_into(&self, c: Completion, wanted: bool, out: &mut Sink) {
+    /// (`out`) if it takes it, else into the bound queue.  `from`: a
+    /// message's sender, whose fi_addr_t is looked up only if a reader may
+    /// read it (fi_cq_readfrom, or a queued entry).
+    fn push_rx_into(&self, mut c: Completion, wanted: bool, from: Option<Source>, out: &mut Sink) {
         if let Some(k) = self.cntr(false) {
             k.bump(c.err.is_some());
         }
@@ -786,7 +789,10 @@ impl Ep {
         // locked instructions less per completion.  The push takes only the
         // queue's own lock.
         if let Some(b) = &*self.rx.read().unwrap_or_else(|p| p.into_inner()) {
-            if (c.err.is_some() || !b.selective || wanted) && !out.take(&b.cq, &c) {
+            if (c.err.is_some() || !b.selective || wanted) && !out.take_with(&b.cq, &c, || from.map_or(c.src, |f| self.addr_of(f))) {
+                if let Some(f) = from {
+                    c.src = self.addr_of(f);
+                }
                 b.cq.push(c);
             }
         }
@@ -807,7 +813,7 @@ impl Ep {
 
     /// A completion made outside a read's progress pass: into the queue.
     fn push_rx(&self, c: Completion, wanted: bool) {
-        self.push_rx_into(c, wanted, &mut Sink::none());
+        self.push_rx_into(c, wanted, None, &mut Sink::none());
     }
 
     /// `push_rx` for the send side (every send's completion).
