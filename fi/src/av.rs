@@ -120,11 +120,18 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
 }
 
 impl Av {
-    /// Where a send to `addr` goes.
+    /// Where a send to `addr` goes (inlined: every send and directed
+    /// receive asks; past the index, `source_in_table`).
+    #[inline]
     pub fn source_of(&self, addr: fi_addr_t) -> Option<Source> {
-        if let Some(known) = self.index.source_of(addr) {
-            return known;
+        match self.index.source_of(addr) {
+            Some(known) => known,
+            None => self.source_in_table(addr),
         }
+    }
+
+    #[inline(never)]
+    fn source_in_table(&self, addr: fi_addr_t) -> Option<Source> {
         let t = self.table.read().unwrap_or_else(|p| p.into_inner());
         t.entries.get(usize::try_from(addr).ok()?)?.as_ref().map(|e| e.0)
     }

@@ -33,6 +33,7 @@ impl Default for Words {
 }
 
 impl Words {
+    #[inline]
     fn get(&self, i: usize) -> u64 {
         match self.chunks.get(i / CHUNK).and_then(OnceLock::get) {
             Some(c) => c[i % CHUNK].load(Ordering::Acquire),
@@ -63,6 +64,7 @@ impl AvIndex {
     /// Where `addr` goes: Some(Some(src)) if known here, Some(None) if
     /// surely not inserted (or removed), None if past the index (ask the
     /// table).
+    #[inline]
     pub fn source_of(&self, addr: u64) -> Option<Option<Source>> {
         let i = usize::try_from(addr).ok().filter(|&i| i < CHUNK * CHUNKS)?;
         let w = self.forward.get(i);

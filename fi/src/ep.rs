@@ -420,6 +420,7 @@ fn kind_flag(k: Kind) -> u64 {
 impl Ep {
     /// Note a post (a peek is not one: it polls, as a read does), and
     /// the posting thread.
+    #[inline]
     fn seen_thread(&self, post: bool) {
         if post {
             self.domain.core.posted();
@@ -430,9 +431,15 @@ impl Ep {
         let me = thread_id();
         // A load first: the compare-exchange is a locked instruction, and
         // the first thread is the one that posts every time.
-        if self.first_thread.load(Ordering::Relaxed) == me {
-            return;
+        if self.first_thread.load(Ordering::Relaxed) != me {
+            self.another_thread(me);
         }
+    }
+
+    /// `seen_thread`'s first post, or one from a thread not the first.
+    #[cold]
+    #[inline(never)]
+    fn another_thread(&self, me: usize) {
         match self.first_thread.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed) {
             Ok(_) => {}
             Err(first) if first == me => {}
@@ -574,10 +581,12 @@ impl Ep {
 
     /// `deliver`, for bytes the core hands over in place: shared ones are
     /// copied into `buf` (the delivering lock's) first.
+    #[inline]
     fn deliver_in(&self, buf: &mut Vec<u8>, out: &mut Sink, task: u32, tag: u8, b: SharedBytes<'_>) {
         b.with_slice(buf, |s| self.deliver(task, tag, s, out));
     }
 
+    #[inline]
     fn deliver(&self, task: u32, tag: u8, bytes: &[u8], out: &mut Sink) {
         if tag != CORE_TAG {
             return;
@@ -599,6 +608,7 @@ impl Ep {
     }
 
     /// A message for this endpoint, from the core or from ourselves.
+    #[inline]
     fn arrive(&self, src: Source, h: Header, payload: &[u8], out: &mut Sink) {
         let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
         let a = m.arrive(h.kind, src, h.tag, h.data, payload);
@@ -708,6 +718,7 @@ impl Ep {
     }
 
     /// Copy a message into its receive and complete it.
+    #[inline]
     fn complete_recv(&self, r: &Recv, src: Source, h: &Header, payload: &[u8], multi: Option<(usize, bool)>, out: &mut Sink) {
         let (copied, buf) = match multi {
             Some((offset, _)) => {
@@ -732,6 +743,7 @@ impl Ep {
     /// bytes, at `buf` (FI_ETRUNC for the rest); `last`: a multi-receive
     /// buffer is released with it.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn recv_completion(&self, r: &Recv, h: &Header, copied: usize, total: usize, buf: usize, last: bool) -> Completion {
         let mut flags = FI_RECV | kind_flag(h.kind) | if last { FI_MULTI_RECV } else { 0 };
         if h.data.is_some() {
@@ -781,6 +793,7 @@ impl Ep {
     /// (`out`) if it takes it, else into the bound queue.  `from`: a
     /// message's sender, whose fi_addr_t is looked up only if a reader may
     /// read it (fi_cq_readfrom, or a queued entry).
+    #[inline]
     fn push_rx_into(&self, mut c: Completion, wanted: bool, from: Option<Source>, out: &mut Sink) {
         if let Some(k) = self.cntr(false) {
             k.bump(c.err.is_some());
@@ -817,6 +830,7 @@ impl Ep {
     }
 
     /// `push_rx` for the send side (every send's completion).
+    #[inline]
     fn push_tx(&self, c: Completion, wanted: bool) {
         if let Some(k) = self.cntr(true) {
             k.bump(c.err.is_some());
@@ -828,6 +842,7 @@ impl Ep {
         }
     }
 
+    #[inline]
     fn source_of(&self, addr: fi_addr_t) -> Option<Source> {
         self.av.get()?.source_of(addr)
     }

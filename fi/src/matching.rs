@@ -140,6 +140,7 @@ impl<R> Default for Matcher<R> {
 
 impl<R: Clone> Matcher<R> {
     /// A message arrives: into the first matching posted receive, or queued.
+    #[inline]
     pub fn arrive(&mut self, kind: Kind, src: Source, tag: u64, data: Option<u64>, payload: &[u8]) -> Arrival<R> {
         self.arrive_with(kind, src, tag, data, payload, None)
     }
@@ -150,16 +151,24 @@ impl<R: Clone> Matcher<R> {
         self.arrive_with(kind, src, tag, data, desc, Some(len))
     }
 
+    /// Inlined into the caller: the common case, a stream into receives
+    /// posted in its order, where the first one takes the message (no
+    /// search, no shift of the queue); the rest in `arrive_search`.
+    #[inline]
     fn arrive_with(&mut self, kind: Kind, src: Source, tag: u64, data: Option<u64>, payload: &[u8], remote: Option<usize>) -> Arrival<R> {
+        let q = &mut self.posted[kind as usize];
+        if q.front().is_some_and(|p| p.multi.is_none() && p.want.matches(kind, src, tag)) {
+            let p = q.pop_front().expect("front seen above");
+            return Arrival { released: None, into: Some(Into::One(p.r)) };
+        }
+        self.arrive_search(kind, src, tag, data, payload, remote)
+    }
+
+    #[inline(never)]
+    fn arrive_search(&mut self, kind: Kind, src: Source, tag: u64, data: Option<u64>, payload: &[u8], remote: Option<usize>) -> Arrival<R> {
         let len = remote.unwrap_or(payload.len());
         let mut released = None;
         let q = &mut self.posted[kind as usize];
-        // The common case, a stream into receives posted in its order: the
-        // first one takes it (no search, no shift of the queue).
-        if q.front().is_some_and(|p| p.multi.is_none() && p.want.matches(kind, src, tag)) {
-            let p = q.pop_front().expect("front seen above");
-            return Arrival { released, into: Some(Into::One(p.r)) };
-        }
         let Some(i) = q.iter().position(|p| p.want.matches(kind, src, tag)) else {
             self.unexpected[kind as usize].push_back(Unexpected { src, tag, data, payload: payload.to_vec(), remote });
             return Arrival { released, into: None };
