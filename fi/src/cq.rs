@@ -46,8 +46,8 @@ impl Completion {
 /// the queue, or no room left): this queue's completions still leave in
 /// the order they were made.  Made only by `Cq::read`, for the length of
 /// its pass; `Sink::none()` takes nothing.
-pub struct Sink {
-    cq: *const Cq,
+pub struct Sink<'a> {
+    cq: Option<&'a Cq>,
     buf: *mut c_void,
     src: *mut fi_addr_t,
     count: usize,
@@ -55,10 +55,10 @@ pub struct Sink {
     open: bool,
 }
 
-impl Sink {
+impl Sink<'_> {
     /// A sink that takes nothing: completions made outside a read's pass.
-    pub fn none() -> Sink {
-        Sink { cq: std::ptr::null(), buf: std::ptr::null_mut(), src: std::ptr::null_mut(), count: 0, n: 0, open: false }
+    pub fn none() -> Sink<'static> {
+        Sink { cq: None, buf: std::ptr::null_mut(), src: std::ptr::null_mut(), count: 0, n: 0, open: false }
     }
 
     /// Write `c` into the reader's buffer if it is for this sink's queue
@@ -67,16 +67,22 @@ impl Sink {
     /// and nothing made after it may leave before it).
     #[inline]
     pub fn take(&mut self, cq: &Cq, c: &Completion) -> bool {
-        self.take_with(cq, c, || c.src)
+        self.is_for(cq) && self.take_with(c, || c.src)
     }
 
-    /// `take`, with `c`'s source address from `src_of`, asked only if the
-    /// reader wants sources (fi_cq_readfrom).
+    /// Is this the sink of a read of `cq`?  (An address compared, never
+    /// dereferenced: a caller may hold it without holding the queue.)
     #[inline]
-    pub fn take_with(&mut self, cq: &Cq, c: &Completion, src_of: impl FnOnce() -> fi_addr_t) -> bool {
-        if !std::ptr::eq(cq, self.cq) {
-            return false;
-        }
+    pub fn is_for(&self, cq: *const Cq) -> bool {
+        self.cq.is_some_and(|q| std::ptr::eq(q, cq))
+    }
+
+    /// `take` for this sink's own queue (`is_for` said so), with `c`'s
+    /// source address from `src_of`, asked only if the reader wants
+    /// sources (fi_cq_readfrom).
+    #[inline]
+    pub fn take_with(&mut self, c: &Completion, src_of: impl FnOnce() -> fi_addr_t) -> bool {
+        let Some(cq) = self.cq else { return false };
         if self.open && c.err.is_none() && self.n < self.count {
             // SAFETY: a sink for `cq` is made only by `Cq::read`, whose
             // caller's buffer holds `count` entries of the queue's format
@@ -315,7 +321,7 @@ impl Cq {
     }
 
     /// `progress`, the completions it makes offered to `out` first.
-    fn progress_into(&self, out: &mut Sink) {
+    fn progress_into(&self, out: &mut Sink<'_>) {
         if self.overflow.load(Ordering::Acquire) {
             for ep in self.eps.read().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade) {
                 if !ep.is_closed() {
@@ -435,7 +441,7 @@ impl Cq {
         // The pass's completions go straight into `buf` while nothing is
         // queued before them (most reads that find anything).
         let mut out = if self.wait_fd.is_none() && self.queued.load(Ordering::Acquire) == 0 {
-            Sink { cq: self, buf, src, count, n: 0, open: true }
+            Sink { cq: Some(self), buf, src, count, n: 0, open: true }
         } else {
             Sink::none()
         };

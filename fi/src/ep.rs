@@ -16,7 +16,7 @@ use crate::rndv::{ReadWait, Rendezvous, SendWait, READ_PIECE};
 use crate::wire::{Body, Fin, Header, Rndv, CORE_TAG, HEADER_MAX};
 use doorbell::{ReadDone, ReadDst, SharedBytes, Work};
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -74,6 +74,13 @@ pub struct Ep {
     av: OnceLock<Arc<Av>>,
     tx: RwLock<Option<Binding>>,
     rx: RwLock<Option<Binding>>,
+    /// The address of `rx`'s queue (null: none), and whether it is
+    /// selective, read with plain loads: a completion made in a read's
+    /// pass over that same queue goes into the reader's buffer without the
+    /// binding's lock.  Only compared with the reader's queue, never
+    /// dereferenced.
+    rx_cq: AtomicPtr<Cq>,
+    rx_selective: AtomicBool,
     cntrs: RwLock<Cntrs>,
     /// A counter was bound: until then a completion looks at this alone
     /// (the MPIs bind none; the read lock was two locked instructions a
@@ -175,6 +182,8 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, info: *mut fi_info, ep: *mut *
             av: OnceLock::new(),
             tx: RwLock::new(None),
             rx: RwLock::new(None),
+            rx_cq: AtomicPtr::new(std::ptr::null_mut()),
+            rx_selective: AtomicBool::new(false),
             cntrs: RwLock::new(Cntrs::default()),
             cntrs_bound: AtomicBool::new(false),
             matcher: Mutex::new(Matcher::default()),
@@ -245,6 +254,7 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
         // A queue holds us until it goes (cq.rs `fast`), and we held it:
         // let it go, so that its close frees both.
         *ep.tx.write().unwrap_or_else(|p| p.into_inner()) = None;
+        ep.rx_cq.store(std::ptr::null_mut(), Ordering::Release);
         *ep.rx.write().unwrap_or_else(|p| p.into_inner()) = None;
         // SAFETY: our boxed EpFid (checked), closed once.
         drop(unsafe { Box::from_raw(f as *mut EpFid) });
@@ -272,7 +282,10 @@ unsafe extern "C" fn bind(f: *mut fid, b: *mut fid, flags: u64) -> c_int {
                 *ep.tx.write().unwrap_or_else(|p| p.into_inner()) = Some(binding.clone());
             }
             if flags & FI_RECV != 0 {
-                *ep.rx.write().unwrap_or_else(|p| p.into_inner()) = Some(binding);
+                let mut rx = ep.rx.write().unwrap_or_else(|p| p.into_inner());
+                ep.rx_selective.store(binding.selective, Ordering::Relaxed);
+                ep.rx_cq.store(Arc::as_ptr(&binding.cq) as *mut Cq, Ordering::Release);
+                *rx = Some(binding);
             }
             c.inner.bind(&me.inner);
             return 0;
@@ -487,7 +500,7 @@ impl Ep {
 
     /// `progress`, the completions it makes offered to `out` first (a
     /// read's own buffer, cq.rs).
-    pub fn progress_into(&self, out: &mut Sink) {
+    pub fn progress_into(&self, out: &mut Sink<'_>) {
         let core = &self.domain.core;
         let Some(work) = self.work() else { return };
         // Another thread delivers (or sleeps delivering): it reports.
@@ -506,7 +519,7 @@ impl Ep {
     }
 
     /// One-copy reads over TCP that ended: complete their receives.
-    fn reads_progress(&self, out: &mut Sink) {
+    fn reads_progress(&self, out: &mut Sink<'_>) {
         if !self.rndv.reads_pending() {
             return;
         }
@@ -536,7 +549,7 @@ impl Ep {
     /// A peer that died (or whose shared memory went corrupt, which ends
     /// it the same way) fails the receives that wait for it alone (FI_EIO):
     /// nothing else will complete them.
-    fn woke(&self, w: doorbell::Woke, out: &mut Sink) {
+    fn woke(&self, w: doorbell::Woke, out: &mut Sink<'_>) {
         let task = match w {
             doorbell::Woke::PeerLost(task) | doorbell::Woke::PeerCorrupt(task, _) => task,
             _ => return,
@@ -582,12 +595,12 @@ impl Ep {
     /// `deliver`, for bytes the core hands over in place: shared ones are
     /// copied into `buf` (the delivering lock's) first.
     #[inline]
-    fn deliver_in(&self, buf: &mut Vec<u8>, out: &mut Sink, task: u32, tag: u8, b: SharedBytes<'_>) {
+    fn deliver_in(&self, buf: &mut Vec<u8>, out: &mut Sink<'_>, task: u32, tag: u8, b: SharedBytes<'_>) {
         b.with_slice(buf, |s| self.deliver(task, tag, s, out));
     }
 
     #[inline]
-    fn deliver(&self, task: u32, tag: u8, bytes: &[u8], out: &mut Sink) {
+    fn deliver(&self, task: u32, tag: u8, bytes: &[u8], out: &mut Sink<'_>) {
         if tag != CORE_TAG {
             return;
         }
@@ -609,7 +622,7 @@ impl Ep {
 
     /// A message for this endpoint, from the core or from ourselves.
     #[inline]
-    fn arrive(&self, src: Source, h: Header, payload: &[u8], out: &mut Sink) {
+    fn arrive(&self, src: Source, h: Header, payload: &[u8], out: &mut Sink<'_>) {
         let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
         let a = m.arrive(h.kind, src, h.tag, h.data, payload);
         // Completed under the lock: a multi-receive buffer's release must
@@ -679,7 +692,7 @@ impl Ep {
     /// A one-copy read ended: `n` bytes are in `r`'s buffer (if `ok`).
     /// Complete the receive, and tell the sender.
     #[allow(clippy::too_many_arguments)]
-    fn end_read(&self, r: &Recv, src: Source, h: &Header, d: Rndv, n: usize, ok: bool, out: &mut Sink) {
+    fn end_read(&self, r: &Recv, src: Source, h: &Header, d: Rndv, n: usize, ok: bool, out: &mut Sink<'_>) {
         let buf = r.iov.as_slice().first().map_or(0, |e| e.0);
         let mut c = self.recv_completion(r, h, n, d.len as usize, buf, false);
         if !ok {
@@ -698,7 +711,7 @@ impl Ep {
     }
 
     /// A receiver is done with one of our one-copy sends.
-    fn fin(&self, task: u32, f: Fin, out: &mut Sink) {
+    fn fin(&self, task: u32, f: Fin, out: &mut Sink<'_>) {
         let Some(w) = self.rndv.send_done(f.key, task) else {
             crate::debug!("dropped a FIN from task {task} for no send of ours");
             return;
@@ -712,14 +725,14 @@ impl Ep {
     }
 
     /// A multi-receive buffer leaves with no message in this completion.
-    fn release_multi(&self, r: &Recv, out: &mut Sink) {
+    fn release_multi(&self, r: &Recv, out: &mut Sink<'_>) {
         let c = Completion::ok(r.ctx, FI_RECV | FI_MSG | FI_MULTI_RECV);
         self.push_rx_into(c, true, None, out);
     }
 
     /// Copy a message into its receive and complete it.
     #[inline]
-    fn complete_recv(&self, r: &Recv, src: Source, h: &Header, payload: &[u8], multi: Option<(usize, bool)>, out: &mut Sink) {
+    fn complete_recv(&self, r: &Recv, src: Source, h: &Header, payload: &[u8], multi: Option<(usize, bool)>, out: &mut Sink<'_>) {
         let (copied, buf) = match multi {
             Some((offset, _)) => {
                 let (base, cap) = r.iov.as_slice().first().copied().unwrap_or((0, 0));
@@ -794,15 +807,23 @@ impl Ep {
     /// message's sender, whose fi_addr_t is looked up only if a reader may
     /// read it (fi_cq_readfrom, or a queued entry).
     #[inline]
-    fn push_rx_into(&self, mut c: Completion, wanted: bool, from: Option<Source>, out: &mut Sink) {
+    fn push_rx_into(&self, mut c: Completion, wanted: bool, from: Option<Source>, out: &mut Sink<'_>) {
         if let Some(k) = self.cntr(false) {
             k.bump(c.err.is_some());
+        }
+        let src_of = || from.map_or(c.src, |f| self.addr_of(f));
+        // A read of our receive queue made this pass: no binding lock.
+        if out.is_for(self.rx_cq.load(Ordering::Acquire))
+            && (c.err.is_some() || wanted || !self.rx_selective.load(Ordering::Relaxed))
+            && out.take_with(&c, src_of)
+        {
+            return;
         }
         // Pushed under the binding's read lock, not a clone of it: two
         // locked instructions less per completion.  The push takes only the
         // queue's own lock.
         if let Some(b) = &*self.rx.read().unwrap_or_else(|p| p.into_inner()) {
-            if (c.err.is_some() || !b.selective || wanted) && !out.take_with(&b.cq, &c, || from.map_or(c.src, |f| self.addr_of(f))) {
+            if (c.err.is_some() || !b.selective || wanted) && !(out.is_for(&*b.cq) && out.take_with(&c, src_of)) {
                 if let Some(f) = from {
                     c.src = self.addr_of(f);
                 }
@@ -812,7 +833,7 @@ impl Ep {
     }
 
     /// `push_rx_into` for the send side.
-    fn push_tx_into(&self, c: Completion, wanted: bool, out: &mut Sink) {
+    fn push_tx_into(&self, c: Completion, wanted: bool, out: &mut Sink<'_>) {
         if let Some(k) = self.cntr(true) {
             k.bump(c.err.is_some());
         }
