@@ -6,6 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Run an entry point's body; a panic becomes `on_panic` (libfabric's
 /// callers are C: no unwind may cross into them).
+#[inline(always)]
 pub fn guard<R: Copy>(on_panic: R, f: impl FnOnce() -> R) -> R {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
         if debug_enabled() {
