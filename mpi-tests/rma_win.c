@@ -22,6 +22,14 @@
  *   sleep    rank 0 waits in MPI_Recv while the others run passive epochs
  *            with every operation on it; one of them sends only after all
  *            are done, and rank 0 checks its window then.
+ *   dynamic  an MPI_Win_create_dynamic window: each rank attaches a region,
+ *            the right neighbour locks it (shared, then exclusive) and
+ *            runs Put, Get, Fetch_and_op and Compare_and_swap on it; then
+ *            every rank detaches it and attaches another (the origins'
+ *            cached copies of the target's regions are then stale), and
+ *            again.  Across nodes this is where Open MPI 4.1.1-4.1.4's osc
+ *            rdma deadlocked in its region lock (ompi/hooks/
+ *            btl_doorbell_osc_fix.c).
  * Data is checked in every phase.  Prints "rma_win: OK" or the failures.
  */
 #include "common.h"
@@ -272,6 +280,55 @@ static void sleep_phase(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+static void dynamic_phase(void)
+{
+    enum { N = 512 }; /* int64 per region: data, then a counter */
+    MPI_Win dwin;
+    MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &dwin);
+    for (int region = 0; region < 2; region++) {
+        int64_t *mem = t_malloc(N * sizeof(int64_t));
+        int64_t src[N - 1], back[N - 1];
+        MPI_Aint mine, *addrs = t_malloc(t_size * sizeof(MPI_Aint));
+        memset(mem, 0, N * sizeof(int64_t));
+        MPI_Win_attach(dwin, mem, N * sizeof(int64_t));
+        MPI_Get_address(mem, &mine);
+        MPI_Allgather(&mine, 1, MPI_AINT, addrs, 1, MPI_AINT, MPI_COMM_WORLD);
+        for (int r = 0; r < ROUNDS / 4; r++) {
+            int lock = r % 2 ? MPI_LOCK_EXCLUSIVE : MPI_LOCK_SHARED;
+            int64_t one = 1, old = -1, expect = r, next = r + 1, cas_old = -1;
+            for (int i = 0; i < N - 1; i++)
+                src[i] = (int64_t)region << 40 | (int64_t)t_rank << 20 | (int64_t)r << 10 | i;
+            MPI_Win_lock(lock, right, 0, dwin);
+            MPI_Put(src, N - 1, MPI_INT64_T, right, addrs[right], N - 1, MPI_INT64_T, dwin);
+            MPI_Win_flush(right, dwin);
+            memset(back, 0, sizeof back);
+            MPI_Get(back, N - 1, MPI_INT64_T, right, addrs[right], N - 1, MPI_INT64_T, dwin);
+            MPI_Win_flush(right, dwin);
+            MPI_Fetch_and_op(&one, &old, MPI_INT64_T, right, MPI_Aint_add(addrs[right], (N - 1) * 8),
+                             MPI_SUM, dwin);
+            MPI_Win_flush(right, dwin);
+            MPI_Compare_and_swap(&next, &expect, &cas_old, MPI_INT64_T, right,
+                                 MPI_Aint_add(addrs[right], 0), dwin);
+            MPI_Win_unlock(right, dwin);
+            CHECK(0 == memcmp(src, back, sizeof src), "dynamic region %d round %d: Get after Put",
+                  region, r);
+            CHECK(old == r, "dynamic region %d round %d: Fetch_and_op fetched %lld", region, r,
+                  (long long)old);
+            CHECK(cas_old == src[0], "dynamic region %d round %d: Compare_and_swap fetched %llx",
+                  region, r, (long long)cas_old);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        CHECK(mem[N - 1] == ROUNDS / 4, "dynamic region %d: counter %lld, want %d", region,
+              (long long)mem[N - 1], ROUNDS / 4);
+        CHECK(mem[1] == ((int64_t)region << 40 | (int64_t)left << 20 | (int64_t)(ROUNDS / 4 - 1) << 10 | 1),
+              "dynamic region %d: the left neighbour's last Put", region);
+        MPI_Win_detach(dwin, mem);
+        free(addrs);
+        free(mem);
+    }
+    MPI_Win_free(&dwin);
+}
+
 int main(int argc, char **argv)
 {
     t_init(&argc, &argv);
@@ -281,8 +338,8 @@ int main(int argc, char **argv)
     base = t_malloc(WIN_BYTES(t_size));
     memset(base, 0, WIN_BYTES(t_size));
     MPI_Win_create(base, WIN_BYTES(t_size), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
-    const char *phases[] = {"fence", "pscw", "lock", "lock_all", "compute", "sleep"};
-    for (int p = 0; p < 6; p++) {
+    const char *phases[] = {"fence", "pscw", "lock", "lock_all", "compute", "sleep", "dynamic"};
+    for (int p = 0; p < 7; p++) {
         double t0 = t_now();
         switch (p) {
         case 0: fence_phase(); break;
@@ -291,6 +348,7 @@ int main(int argc, char **argv)
         case 3: lock_all_phase(); break;
         case 4: compute_phase(atomics); break;
         case 5: sleep_phase(); break;
+        case 6: dynamic_phase(); break;
         }
         if (t_rank == 0) {
             printf("rma_win: %-8s done in %.3f s\n", phases[p], t_now() - t0);

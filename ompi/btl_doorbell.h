@@ -339,6 +339,11 @@ void mca_btl_doorbell_rdma_setup(mca_btl_base_module_t *shm, mca_btl_base_module
  * false if this Open MPI offers no such point (then the rank polls). */
 bool mca_btl_doorbell_idle_install(void);
 void mca_btl_doorbell_idle_uninstall(void);
+/* Point libopen-pal's dlopen (which loads Open MPI's components) at the
+ * hook that prepares each component loaded after this one: the idle
+ * point's progress registrations and the osc rdma fix
+ * (hooks/btl_doorbell_osc_fix.c).  Slots go back with idle_uninstall. */
+void mca_btl_doorbell_dlopen_install(void);
 /* From the progress callback: called each pass; `events` > 0 if it did work. */
 void mca_btl_doorbell_idle_note_pass(mca_btl_doorbell_module_t *module, int events);
 /* Module init: reset the sleep state. */

@@ -28,6 +28,7 @@
 #include "btl_doorbell.h"
 #include "btl_doorbell_endpoint.h"
 #include "btl_doorbell_frag.h"
+#include "btl_doorbell_osc_fix.h"
 
 /* ompi_mpi_state lives in libmpi, which every process that opens BTLs has
  * loaded; weak so the component still loads without it (then we never
@@ -1006,6 +1007,11 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
          * communication with Open MPI's default osc list */
         mca_btl_doorbell_rdma_setup(&mca_btl_doorbell_module.super, &tcp->super);
         mca_btl_doorbell_prefer_osc_sm();
+        /* osc rdma loads after this component: its dynamic windows across
+         * nodes need the fix of hooks/btl_doorbell_osc_fix.c */
+        if (mca_btl_doorbell_osc_fix_install()) {
+            mca_btl_doorbell_dlopen_install();
+        }
     }
     abort_hook_install();
     if (DOORBELL_WAIT_POLL != c->wait_mode && !mca_btl_doorbell_idle_install()) {

@@ -27,6 +27,7 @@
 #include "btl_doorbell.h"
 #include "btl_doorbell_endpoint.h"
 #include "btl_doorbell_frag.h"
+#include "btl_doorbell_osc_fix.h"
 
 /* Same-node atomics: a request and its answer (MCA_BTL_DOORBELL_TAG_ATOMIC). */
 #define ATOMIC_REQUEST 1
@@ -354,6 +355,16 @@ static int start_atomic(struct mca_btl_base_module_t *btl, struct mca_btl_base_e
     }
     if (OPAL_UNLIKELY(0 == aop || (flags & MCA_BTL_ATOMIC_FLAG_FLOAT))) {
         return OPAL_ERR_NOT_AVAILABLE;
+    }
+    /* Open MPI 4.1.1-4.1.4's self-deadlocking region lock of osc rdma's
+     * dynamic windows: run by nobody (hooks/btl_doorbell_osc_fix.c) */
+    if (OPAL_UNLIKELY(mca_btl_doorbell_osc_fix_elides(endpoint, remote_address, aop, operand, compare,
+                                                      width))) {
+        if (NULL != local_address) {
+            store_old(local_address, 0, width);
+        }
+        cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
+        return OPAL_SUCCESS;
     }
     if (endpoint->task == main->my_task) {
         /* this process's own memory: its CPU's atomic, as a target runs it */

@@ -71,6 +71,7 @@
 #include "btl_doorbell.h"
 #include "btl_doorbell_blocking.h"
 #include "btl_doorbell_got.h"
+#include "btl_doorbell_osc_fix.h"
 
 /* libmpi defines these; weak so the component still loads without it. */
 #pragma weak ompi_mpi_state
@@ -263,8 +264,16 @@ static void *doorbell_dlopen(const char *file, int mode)
             redirect_progress_register();
         }
         pthread_mutex_unlock(&redirect_lock);
+        mca_btl_doorbell_osc_fix_loaded(h);
     }
     return h;
+}
+
+void mca_btl_doorbell_dlopen_install(void)
+{
+    pthread_mutex_lock(&redirect_lock);
+    (void) mca_btl_doorbell_got_redirect("dlopen", (void *) doorbell_dlopen, is_open_pal);
+    pthread_mutex_unlock(&redirect_lock);
 }
 
 /* libevent 2.1's, looked up at run time: an Open MPI built with its own
@@ -325,8 +334,8 @@ bool mca_btl_doorbell_idle_install(void)
             /* before the blocking calls' wrappers, which may take many slots */
             pthread_mutex_lock(&redirect_lock);
             redirect_progress_register();
-            (void) mca_btl_doorbell_got_redirect("dlopen", (void *) doorbell_dlopen, is_open_pal);
             pthread_mutex_unlock(&redirect_lock);
+            mca_btl_doorbell_dlopen_install();
             (void) mca_btl_doorbell_blocking_install();
             base_foreach_event = (foreach_event_fn) dlsym(RTLD_DEFAULT, "event_base_foreach_event");
             event_callback_get = (event_callback_get_fn) dlsym(RTLD_DEFAULT, "event_get_callback");
