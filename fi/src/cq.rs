@@ -12,6 +12,7 @@ use crate::wait::{Idle, Lesson};
 use std::collections::VecDeque;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use doorbell::try_lock::TryLock;
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 /// Endpoints a queue holds for its reads without a lock (more are rare:
@@ -114,6 +115,15 @@ pub struct Cq {
     queue: Mutex<VecDeque<Completion>>,
     /// queue.len(), stored under its lock: an empty read's look.
     queued: AtomicUsize,
+    /// Successful send completions, as (context, flags): `mtl ofi`
+    /// completes every send, and a push here is a tried lock and 16 bytes
+    /// where `queue` took its mutex and a 72-byte entry (in, then out).  A
+    /// push that finds the lock taken (a read draining it) goes to `queue`.
+    /// Reads take these after `queue`'s entries: completions of different
+    /// operations carry no order.  Unused with FI_WAIT_FD.
+    sends: TryLock<VecDeque<(usize, u64)>>,
+    /// sends.len(), stored under its lock.
+    sends_queued: AtomicUsize,
     /// Endpoints bound to this queue: what a read progresses.
     eps: RwLock<Vec<Weak<Ep>>>,
     /// The first FAST_EPS of them, held (plain loads per read, where the
@@ -184,6 +194,8 @@ pub unsafe extern "C" fn open(d: *mut fid_domain, attr: *mut fi_cq_attr, cq: *mu
                 domain: dom.inner.clone(),
                 format,
                 queue: Mutex::new(VecDeque::new()),
+                sends: TryLock::default(),
+                sends_queued: AtomicUsize::new(0),
                 eps: RwLock::new(Vec::new()),
                 fast: Default::default(),
                 overflow: AtomicBool::new(false),
@@ -277,8 +289,45 @@ impl Cq {
         }
     }
 
+    /// A send's successful completion (`ctx`, `flags`): into `sends` if
+    /// its lock is free, else into `queue`.
+    pub fn push_send(&self, ctx: usize, flags: u64) {
+        if self.wait_fd.is_none() {
+            if let Some(mut q) = self.sends.try_lock() {
+                q.push_back((ctx, flags));
+                self.sends_queued.store(q.len(), Ordering::Release);
+                return;
+            }
+        }
+        self.push(Completion::ok(ctx, flags));
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+        self.sends_queued.load(Ordering::Acquire) == 0 && self.queue.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
+
+    /// Move `sends` into entries `n..count` of `buf`; the new `n`.  A
+    /// push holding the lock leaves them to the next read.
+    ///
+    /// # Safety
+    /// As `drain`.
+    unsafe fn drain_sends(&self, buf: *mut c_void, mut n: usize, count: usize, src: *mut fi_addr_t) -> usize {
+        if n >= count || self.sends_queued.load(Ordering::Acquire) == 0 {
+            return n;
+        }
+        let Some(mut q) = self.sends.try_lock() else { return n };
+        while n < count {
+            let Some((ctx, flags)) = q.pop_front() else { break };
+            // SAFETY: entry n of buf exists (n < count) in this format.
+            unsafe { self.write(buf, n, &Completion::ok(ctx, flags)) };
+            if !src.is_null() {
+                // SAFETY: src holds count entries.
+                unsafe { *src.add(n) = FI_ADDR_NONE };
+            }
+            n += 1;
+        }
+        self.sends_queued.store(q.len(), Ordering::Release);
+        n
     }
 
     /// The open endpoints bound to this queue.
@@ -351,7 +400,9 @@ impl Cq {
         // instructions.  (With FI_WAIT_FD the lock's pass also resets the
         // descriptor.)
         if self.wait_fd.is_none() && self.queued.load(Ordering::Acquire) == 0 {
-            return if start == 0 { EAGAIN } else { start as isize };
+            // SAFETY: the caller's contract.
+            let n = unsafe { self.drain_sends(buf, start, count, src) };
+            return if n == 0 { EAGAIN } else { n as isize };
         }
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         let mut n = start;
@@ -380,6 +431,8 @@ impl Cq {
                 w.reset(self);
             }
         }
+        // SAFETY: the caller's contract.
+        let n = unsafe { self.drain_sends(buf, n, count, src) };
         if n == 0 {
             EAGAIN
         } else {
@@ -470,7 +523,12 @@ impl Cq {
     #[inline]
     fn empty_at_a_glance(&self) -> bool {
         let left = self.idle_skip.load(Ordering::Relaxed);
-        if left == 0 || self.wait_fd.is_some() || self.overflow.load(Ordering::Acquire) || self.queued.load(Ordering::Acquire) != 0 {
+        if left == 0
+            || self.wait_fd.is_some()
+            || self.overflow.load(Ordering::Acquire)
+            || self.queued.load(Ordering::Acquire) != 0
+            || self.sends_queued.load(Ordering::Acquire) != 0
+        {
             return false;
         }
         for slot in &self.fast {

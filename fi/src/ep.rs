@@ -850,15 +850,15 @@ impl Ep {
         self.push_rx_into(c, wanted, None, &mut Sink::none());
     }
 
-    /// `push_rx` for the send side (every send's completion).
+    /// A send's successful completion (every eager send's).
     #[inline]
-    fn push_tx(&self, c: Completion, wanted: bool) {
+    fn push_sent(&self, ctx: usize, flags: u64, wanted: bool) {
         if let Some(k) = self.cntr(true) {
-            k.bump(c.err.is_some());
+            k.bump(false);
         }
         if let Some(b) = &*self.tx.read().unwrap_or_else(|p| p.into_inner()) {
-            if c.err.is_some() || !b.selective || wanted {
-                b.cq.push(c);
+            if !b.selective || wanted {
+                b.cq.push_send(ctx, flags);
             }
         }
     }
@@ -923,7 +923,7 @@ impl Ep {
             crate::util::count_one(&self.sent);
         }
         if !inject {
-            self.push_tx(Completion::ok(ctx, FI_SEND | kind_flag(kind)), flags & FI_COMPLETION != 0);
+            self.push_sent(ctx, FI_SEND | kind_flag(kind), flags & FI_COMPLETION != 0);
         } else if let Some(k) = self.cntr(true) {
             k.bump(false);
         }

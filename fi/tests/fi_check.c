@@ -16,7 +16,9 @@
  * waking on a message and timing out; fi_cntr_wait; five messages that
  * wait in the core until one read of 16 entries (fi_cq_readfrom) takes
  * them, a truncated one among them: the completions leave in their order,
- * the error through fi_cq_readerr in its place, each with its source.
+ * the error through fi_cq_readerr in its place, each with its source;
+ * forty sends completed before any read, then taken by reads of 16: each
+ * context reported once.
  * Prints "fi_check: OK" when every check held.
  */
 #include <rdma/fabric.h>
@@ -253,6 +255,40 @@ static void sender(void)
             OK(fi_tinject(ep, i == 2 ? m100 : m8, i == 2 ? sizeof m100 : sizeof m8, peer_addr, 40 + i));
     }
     sync_peer(); /* 5c: all five sent */
+    {
+        /* Forty sends, no read between them: their completions wait for
+         * reads of 16 entries, each reported once. */
+        static struct fi_context sctx[40];
+        struct fi_cq_tagged_entry se[16];
+        int seen[40] = {0}, got = 0;
+        double t0;
+        step = "send batch";
+        for (i = 0; i < 40; i++) {
+            ssize_t rc;
+            while ((rc = fi_tsend(ep, "sendbat", 8, NULL, peer_addr, 50, &sctx[i])) == -FI_EAGAIN)
+                ;
+            OK(rc);
+        }
+        t0 = now_s();
+        while (got < 40 && now_s() < t0 + wait_s) {
+            ssize_t n = fi_cq_read(cq, se, 16);
+            if (n == -FI_EAGAIN)
+                continue;
+            CHECK(n > 0, "send batch: fi_cq_read %zd after %d", n, got);
+            if (n <= 0)
+                break;
+            for (int k = 0; k < n; k++) {
+                int x = (int)((struct fi_context *)se[k].op_context - sctx);
+                CHECK(x >= 0 && x < 40 && !seen[x] && (se[k].flags & FI_SEND), "send batch: entry of send %d (seen %d)",
+                      x, x >= 0 && x < 40 ? seen[x] : -1);
+                if (x >= 0 && x < 40)
+                    seen[x]++;
+                got++;
+            }
+        }
+        CHECK(got == 40, "send batch: %d completions of 40", got);
+    }
+    sync_peer(); /* 5d: forty sent */
     if (long_msg) {
         unsigned char *b = malloc(LONG);
         CHECK(b != NULL, "malloc of %zu", LONG);
@@ -500,6 +536,18 @@ static void receiver(void)
         /* Over shared memory the five wait in one queue: a read takes two. */
         if (!getenv("FI_DOORBELL_FORCE_TCP"))
             CHECK(batched, "batch: no read returned more than one completion");
+    }
+    {
+        /* The sender's forty (tag 50), received in order. */
+        char rb[8];
+        step = "send batch receive";
+        for (i = 0; i < 40; i++) {
+            memset(rb, 0, sizeof rb);
+            OK(fi_trecv(ep, rb, sizeof rb, NULL, peer_addr, 50, 0, &rctx));
+            expect_ok(&e, &rctx, "send batch receive");
+            CHECK(e.len == 8 && 0 == memcmp(rb, "sendbat", 8), "send batch receive %d: len %zu", i, e.len);
+        }
+        sync_peer(); /* 5d */
     }
     if (long_msg) {
         /* One byte more room than it takes; the byte past it stays 0. */
