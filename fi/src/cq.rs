@@ -307,7 +307,9 @@ impl Cq {
     }
 
     /// Move `sends` into entries `n..count` of `buf`; the new `n`.  A
-    /// push holding the lock leaves them to the next read.
+    /// holder of the lock (a push, or another read) keeps it for a few
+    /// stores: this tries a while; past that they stay for the next read,
+    /// and `read` does not sleep while they wait.
     ///
     /// # Safety
     /// As `drain`.
@@ -315,7 +317,17 @@ impl Cq {
         if n >= count || self.sends_queued.load(Ordering::Acquire) == 0 {
             return n;
         }
-        let Some(mut q) = self.sends.try_lock() else { return n };
+        let mut tries = 0;
+        let mut q = loop {
+            match self.sends.try_lock() {
+                Some(q) => break q,
+                None if tries < 100 => {
+                    tries += 1;
+                    std::hint::spin_loop();
+                }
+                None => return n,
+            }
+        };
         while n < count {
             let Some((ctx, flags)) = q.pop_front() else { break };
             // SAFETY: entry n of buf exists (n < count) in this format.
@@ -502,7 +514,8 @@ impl Cq {
         // SAFETY: the caller's contract; entries below out.n are filled.
         let mut n = unsafe { self.drain(buf, out.n, count, src) };
         if n == EAGAIN {
-            if !crate::wait::maybe_sleep(self, entered, false) {
+            // Send completions a lock holder kept from this read are there.
+            if self.sends_queued.load(Ordering::Acquire) != 0 || !crate::wait::maybe_sleep(self, entered, false) {
                 return EAGAIN;
             }
             // SAFETY: the caller's contract.
