@@ -22,12 +22,12 @@
  *   sleep    rank 0 waits in MPI_Recv while the others run passive epochs
  *            with every operation on it; one of them sends only after all
  *            are done, and rank 0 checks its window then.
- *   dynamic  an MPI_Win_create_dynamic window: each rank attaches a region,
- *            the right neighbour locks it (shared, then exclusive) and
- *            runs Put, Get, Fetch_and_op and Compare_and_swap on it; then
- *            every rank detaches it and attaches another (the origins'
- *            cached copies of the target's regions are then stale), and
- *            again.  Across nodes this is where Open MPI 4.1.1-4.1.4's osc
+ *   dynamic  an MPI_Win_create_dynamic window: each rank attaches two
+ *            regions, the left neighbour locks them (shared, then
+ *            exclusive) and runs Put, Get, Fetch_and_op (64-bit SUM,
+ *            32-bit REPLACE) and Compare_and_swap on each; then every rank
+ *            detaches them and attaches two others (the origins' cached
+ *            copies of the target's regions are then stale), and again.  Across nodes this is where Open MPI 4.1.1-4.1.4's osc
  *            rdma deadlocked in its region lock (ompi/hooks/
  *            btl_doorbell_osc_fix.c).
  * Data is checked in every phase.  Prints "rma_win: OK" or the failures.
@@ -282,49 +282,65 @@ static void sleep_phase(void)
 
 static void dynamic_phase(void)
 {
-    enum { N = 512 }; /* int64 per region: data, then a counter */
+    /* int64 per region: data, then a counter; two regions of several
+     * pages each, attached apart: osc rdma keeps a table of them, and an
+     * operation names one by its address */
+    enum { N = 1024 };
     MPI_Win dwin;
     MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &dwin);
-    for (int region = 0; region < 2; region++) {
-        int64_t *mem = t_malloc(N * sizeof(int64_t));
+    for (int round = 0; round < 2; round++) {
+        int64_t *mem[2];
         int64_t src[N - 1], back[N - 1];
-        MPI_Aint mine, *addrs = t_malloc(t_size * sizeof(MPI_Aint));
-        memset(mem, 0, N * sizeof(int64_t));
-        MPI_Win_attach(dwin, mem, N * sizeof(int64_t));
-        MPI_Get_address(mem, &mine);
-        MPI_Allgather(&mine, 1, MPI_AINT, addrs, 1, MPI_AINT, MPI_COMM_WORLD);
+        MPI_Aint mine[2], *addrs = t_malloc(2 * t_size * sizeof(MPI_Aint));
+        for (int k = 0; k < 2; k++) {
+            mem[k] = t_malloc(N * sizeof(int64_t));
+            memset(mem[k], 0, N * sizeof(int64_t));
+            MPI_Win_attach(dwin, mem[k], N * sizeof(int64_t));
+            MPI_Get_address(mem[k], &mine[k]);
+        }
+        MPI_Allgather(mine, 2, MPI_AINT, addrs, 2, MPI_AINT, MPI_COMM_WORLD);
         for (int r = 0; r < ROUNDS / 4; r++) {
             int lock = r % 2 ? MPI_LOCK_EXCLUSIVE : MPI_LOCK_SHARED;
+            int32_t swap = (int32_t)(t_rank * 100 + r), swapped = -1, seen = -1;
             int64_t one = 1, old = -1, expect = r, next = r + 1, cas_old = -1;
-            for (int i = 0; i < N - 1; i++)
-                src[i] = (int64_t)region << 40 | (int64_t)t_rank << 20 | (int64_t)r << 10 | i;
-            MPI_Win_lock(lock, right, 0, dwin);
-            MPI_Put(src, N - 1, MPI_INT64_T, right, addrs[right], N - 1, MPI_INT64_T, dwin);
-            MPI_Win_flush(right, dwin);
-            memset(back, 0, sizeof back);
-            MPI_Get(back, N - 1, MPI_INT64_T, right, addrs[right], N - 1, MPI_INT64_T, dwin);
-            MPI_Win_flush(right, dwin);
-            MPI_Fetch_and_op(&one, &old, MPI_INT64_T, right, MPI_Aint_add(addrs[right], (N - 1) * 8),
-                             MPI_SUM, dwin);
-            MPI_Win_flush(right, dwin);
-            MPI_Compare_and_swap(&next, &expect, &cas_old, MPI_INT64_T, right,
-                                 MPI_Aint_add(addrs[right], 0), dwin);
-            MPI_Win_unlock(right, dwin);
-            CHECK(0 == memcmp(src, back, sizeof src), "dynamic region %d round %d: Get after Put",
-                  region, r);
-            CHECK(old == r, "dynamic region %d round %d: Fetch_and_op fetched %lld", region, r,
-                  (long long)old);
-            CHECK(cas_old == src[0], "dynamic region %d round %d: Compare_and_swap fetched %llx",
-                  region, r, (long long)cas_old);
+            for (int k = 0; k < 2; k++) {
+                MPI_Aint at = addrs[2 * right + k];
+                for (int i = 0; i < N - 1; i++)
+                    src[i] = (int64_t)round << 40 | (int64_t)t_rank << 20 | (int64_t)r << 10 | k << 9 | i;
+                MPI_Win_lock(lock, right, 0, dwin);
+                MPI_Put(src, N - 1, MPI_INT64_T, right, at, N - 1, MPI_INT64_T, dwin);
+                MPI_Win_flush(right, dwin);
+                memset(back, 0, sizeof back);
+                MPI_Get(back, N - 1, MPI_INT64_T, right, at, N - 1, MPI_INT64_T, dwin);
+                MPI_Win_flush(right, dwin);
+                MPI_Fetch_and_op(&one, &old, MPI_INT64_T, right, MPI_Aint_add(at, (N - 1) * 8), MPI_SUM,
+                                 dwin);
+                MPI_Compare_and_swap(&next, &expect, &cas_old, MPI_INT64_T, right, at, dwin);
+                /* 32 bits, as MPI_INT: replaced in place, then read back */
+                MPI_Fetch_and_op(&swap, &swapped, MPI_INT32_T, right, MPI_Aint_add(at, 8), MPI_REPLACE,
+                                 dwin);
+                MPI_Win_flush(right, dwin);
+                MPI_Get(&seen, 1, MPI_INT32_T, right, MPI_Aint_add(at, 8), 1, MPI_INT32_T, dwin);
+                MPI_Win_unlock(right, dwin);
+                CHECK(0 == memcmp(src, back, sizeof src), "dynamic round %d.%d region %d: Get after Put",
+                      round, r, k);
+                CHECK(old == r, "dynamic round %d.%d region %d: Fetch_and_op fetched %lld", round, r, k,
+                      (long long)old);
+                CHECK(cas_old == src[0], "dynamic round %d.%d region %d: Compare_and_swap fetched %llx",
+                      round, r, k, (long long)cas_old);
+                CHECK(swapped == (int32_t)src[1] && seen == swap,
+                      "dynamic round %d.%d region %d: 32-bit REPLACE fetched %d, then read %d, want %d",
+                      round, r, k, swapped, seen, swap);
+            }
         }
         MPI_Barrier(MPI_COMM_WORLD);
-        CHECK(mem[N - 1] == ROUNDS / 4, "dynamic region %d: counter %lld, want %d", region,
-              (long long)mem[N - 1], ROUNDS / 4);
-        CHECK(mem[1] == ((int64_t)region << 40 | (int64_t)left << 20 | (int64_t)(ROUNDS / 4 - 1) << 10 | 1),
-              "dynamic region %d: the left neighbour's last Put", region);
-        MPI_Win_detach(dwin, mem);
+        for (int k = 0; k < 2; k++) {
+            CHECK(mem[k][N - 1] == ROUNDS / 4, "dynamic round %d region %d: counter %lld, want %d", round,
+                  k, (long long)mem[k][N - 1], ROUNDS / 4);
+            MPI_Win_detach(dwin, mem[k]);
+            free(mem[k]);
+        }
         free(addrs);
-        free(mem);
     }
     MPI_Win_free(&dwin);
 }

@@ -386,9 +386,13 @@ static int start_atomic(struct mca_btl_base_module_t *btl, struct mca_btl_base_e
     /* Memory registered for RMA channels (osc rdma chose the TCP module:
      * ranks on other nodes) is served by the target's event thread, also
      * for a same-node initiator: osc rdma then keeps its locks there too,
-     * and a target that computes outside MPI must still grant them. */
+     * and a target that computes outside MPI must still grant them.  Only
+     * the TCP module registers memory: through the shm module osc rdma
+     * hands a handle of size 0, a pointer to whatever follows it (on a
+     * dynamic window, the next attached region's bounds). */
     if (endpoint->module == &mca_btl_doorbell_tcp_module ||
-        (NULL != remote_handle && remote_handle->rma && 0 != remote_handle->key)) {
+        (btl == &mca_btl_doorbell_tcp_module.super && NULL != remote_handle && remote_handle->rma &&
+         0 != remote_handle->key)) {
         return tcp_atomic(op, remote_handle, aop, width, remote_address, operand, compare);
     }
     return shm_atomic(op, aop, width, remote_address, operand, compare);
