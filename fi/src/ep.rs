@@ -819,11 +819,12 @@ impl Ep {
         {
             return;
         }
-        // Pushed under the binding's read lock, not a clone of it: two
-        // locked instructions less per completion.  The push takes only the
-        // queue's own lock.
+        // Not taken by the reader (`rx_cq` and `rx_selective` mirror the
+        // binding): into the queue, under the binding's read lock, not a
+        // clone of it (two locked instructions less per completion).  The
+        // push takes only the queue's own lock.
         if let Some(b) = &*self.rx.read().unwrap_or_else(|p| p.into_inner()) {
-            if (c.err.is_some() || !b.selective || wanted) && !(out.is_for(&*b.cq) && out.take_with(&c, src_of)) {
+            if c.err.is_some() || !b.selective || wanted {
                 if let Some(f) = from {
                     c.src = self.addr_of(f);
                 }

@@ -77,7 +77,7 @@ static int find_dynamic_region(void *module, void *peer, uint64_t base, size_t l
         calls[depth].acquired = false;
     }
     ++depth;
-    rc = original(module, peer, base, len, region);
+    rc = __atomic_load_n(&original, __ATOMIC_ACQUIRE)(module, peer, base, len, region);
     --depth;
     (void) __atomic_fetch_sub(&threads_inside, 1, __ATOMIC_RELAXED);
     return rc;
@@ -118,7 +118,8 @@ static bool is_osc_rdma(const char *path)
 static void wrap(void *handle)
 {
     if (NULL == original) {
-        original = (find_fn) dlsym(handle, SYMBOL);
+        /* read by the wrapper on any thread, once a slot points at it */
+        __atomic_store_n(&original, (find_fn) dlsym(handle, SYMBOL), __ATOMIC_RELEASE);
     }
     if (NULL != original) {
         (void) mca_btl_doorbell_got_redirect(SYMBOL, (void *) find_dynamic_region, is_osc_rdma);
