@@ -81,7 +81,7 @@ use crate::shm::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK
 #[cfg(not(loom))]
 use crate::shm::record::word_at;
 use crate::shm::record::{
-    align16, has_prefetchw, prefetch_for_write, Gather, Record, ALIGN, BULK, FIRST, HOT_BYTES, LAST, LEN_MAX, MIN_CHUNK, PAD, REC, SPARE_MAX, TOTAL_BYTES,
+    align16, copy_small, has_prefetchw, prefetch_for_write, Gather, Record, ALIGN, BULK, FIRST, HOT_BYTES, LAST, LEN_MAX, MIN_CHUNK, PAD, REC, SPARE_MAX, TOTAL_BYTES,
 };
 #[cfg(not(loom))]
 use crate::shm::segment::Segment;
@@ -791,9 +791,9 @@ impl QueueWriter {
                 // `fill` writes `total` bytes, the record's payload, and a
                 // caller's buffer cannot overlap the mapping.
                 unsafe {
-                    self.put_with(&mut tail, Record::new(total, tag, FIRST | LAST), |at| {
-                        std::ptr::copy_nonoverlapping(a.as_ptr(), at, a.len());
-                        std::ptr::copy_nonoverlapping(b.as_ptr(), at.add(a.len()), b.len());
+                    self.put_with(&mut tail, Record::new(total, tag, FIRST | LAST), #[inline(always)] |at| {
+                        copy_small(a.as_ptr(), at, a.len());
+                        copy_small(b.as_ptr(), at.add(a.len()), b.len());
                     })
                 };
                 self.sent.add(1);
