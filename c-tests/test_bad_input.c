@@ -466,6 +466,8 @@ static void bad_tasks_windows_lengths(doorbell_endpoint *ep) {
   dbt_check_rc(doorbell_local_notify(ep, 7, 0), DOORBELL_ERR_UNKNOWN_TASK, "local_notify(task 7)");
   doorbell_iovec iv1 = {buf, 8};
   dbt_check_rc(doorbell_sendv(ep, 7, 0, 0, &iv1, 1), DOORBELL_ERR_UNKNOWN_TASK, "sendv to task 7");
+  dbt_check_rc(doorbell_send2(ep, 7, 0, 0, buf, 8, buf, 8), DOORBELL_ERR_UNKNOWN_TASK, "send2 to task 7");
+  dbt_check_rc(doorbell_send2(ep, 0, 5, 0, buf, 8, NULL, 0), DOORBELL_ERR_UNKNOWN_WINDOW, "send2 to own window 5 (not open)");
 
   /* Unknown windows. */
   dbt_check_rc(doorbell_send(ep, 0, 5, 0, buf, 8), DOORBELL_ERR_UNKNOWN_WINDOW, "send to own window 5 (not open)");
@@ -500,10 +502,17 @@ static void bad_tasks_windows_lengths(doorbell_endpoint *ep) {
   dbt_check_rc(doorbell_sendv(ep, 0, 0, 0, wrap1, 2), DOORBELL_ERR_BAD_LENGTH, "sendv {SIZE_MAX, 2} (sum wraps to 1)");
   doorbell_iovec wrap0[2] = {{buf, SIZE_MAX / 2 + 1}, {buf, SIZE_MAX / 2 + 1}};
   dbt_check_rc(doorbell_sendv(ep, 1, 0, 0, wrap0, 2), DOORBELL_ERR_BAD_LENGTH, "sendv to t1 {2^63, 2^63} (sum wraps to 0)");
+  dbt_check_rc(doorbell_send2(ep, 0, 0, 0, buf, 40000, buf, 40000), DOORBELL_ERR_BAD_LENGTH, "send2 of 2 x 40000 bytes");
+  dbt_check_rc(doorbell_send2(ep, 0, 0, 0, buf, SIZE_MAX, buf, 2), DOORBELL_ERR_BAD_LENGTH, "send2 (SIZE_MAX, 2) (sum wraps to 1)");
+  dbt_check_rc(doorbell_send2(ep, 1, 0, 0, buf, SIZE_MAX / 2 + 1, buf, SIZE_MAX / 2 + 1), DOORBELL_ERR_BAD_LENGTH,
+               "send2 to t1 (2^63, 2^63) (sum wraps to 0)");
 
   /* NULL pointers and bad modes. */
   dbt_check_rc(doorbell_send(ep, 0, 0, 0, NULL, 10), DOORBELL_ERR_INVALID_ARGUMENT, "send(NULL data, 10 bytes)");
   dbt_check_rc(doorbell_sendv(ep, 0, 0, 0, NULL, 2), DOORBELL_ERR_INVALID_ARGUMENT, "sendv(NULL iov, 2)");
+  dbt_check_rc(doorbell_send2(ep, 0, 0, 0, NULL, 4, buf, 4), DOORBELL_ERR_INVALID_ARGUMENT, "send2(NULL first piece, 4 bytes)");
+  dbt_check_rc(doorbell_send2(ep, 0, 0, 0, buf, 4, NULL, 4), DOORBELL_ERR_INVALID_ARGUMENT, "send2(NULL second piece, 4 bytes)");
+  dbt_check_rc(doorbell_send2(NULL, 0, 0, 0, buf, 4, buf, 4), DOORBELL_ERR_INVALID_ARGUMENT, "send2(NULL endpoint)");
   dbt_check_rc(doorbell_send(NULL, 0, 0, 0, buf, 1), DOORBELL_ERR_INVALID_ARGUMENT, "send(NULL endpoint)");
   dbt_check_rc(doorbell_progress(NULL, 0, to_inbox, &junk, &wake), DOORBELL_ERR_INVALID_ARGUMENT, "progress(NULL endpoint)");
   dbt_check_rc(doorbell_work_pending(NULL, 0), DOORBELL_ERR_INVALID_ARGUMENT, "work_pending(NULL endpoint)");
@@ -525,9 +534,12 @@ static void bad_tasks_windows_lengths(doorbell_endpoint *ep) {
   doorbell_iovec three[3] = {{buf, 10}, {buf + 10, 0}, {buf + 10, MAXMSG - 10}};
   dbt_check_rc(doorbell_sendv(ep, 0, w1, 4, three, 3), DOORBELL_OK, "sendv of 3 pieces (max_message) to own new window");
   dbt_check_rc(doorbell_send(ep, 0, w1, 5, NULL, 0), DOORBELL_OK, "send 0 bytes (NULL data) to own new window");
+  dbt_check_rc(doorbell_send2(ep, 0, w1, 6, buf, 10, buf + 10, MAXMSG - 10), DOORBELL_OK,
+               "send2 of 2 pieces (max_message) to own new window");
+  dbt_check_rc(doorbell_send2(ep, 0, w1, 7, NULL, 0, NULL, 0), DOORBELL_OK, "send2 of 0 bytes (NULL pieces)");
   struct inbox in0 = {0}, in1 = {0};
   double t0 = dbt_now();
-  while ((in0.n < 1 || in1.n < 2) && dbt_now() - t0 < 5) {
+  while ((in0.n < 1 || in1.n < 4) && dbt_now() - t0 < 5) {
     doorbell_progress(ep, 0, to_inbox, &in0, &wake);
     doorbell_progress(ep, w1, to_inbox, &in1, &wake);
   }
@@ -535,9 +547,10 @@ static void bad_tasks_windows_lengths(doorbell_endpoint *ep) {
   dbt_check(in0.n == 1 && in0.m[0].task == 0 && in0.m[0].tag == 3 && in0.m[0].len == MAXMSG &&
                 in0.m[0].sum == full,
             "window 0 got exactly the one legal self message, intact (%d messages)", in0.n);
-  dbt_check(in1.n == 2 && in1.m[0].tag == 4 && in1.m[0].len == MAXMSG && in1.m[0].sum == full &&
-                in1.m[1].tag == 5 && in1.m[1].len == 0 && in1.m[0].window == w1,
-            "window %u got the gathered message intact and the empty one (%d messages)", w1, in1.n);
+  dbt_check(in1.n == 4 && in1.m[0].tag == 4 && in1.m[0].len == MAXMSG && in1.m[0].sum == full &&
+                in1.m[1].tag == 5 && in1.m[1].len == 0 && in1.m[0].window == w1 && in1.m[2].tag == 6 &&
+                in1.m[2].len == MAXMSG && in1.m[2].sum == full && in1.m[3].tag == 7 && in1.m[3].len == 0,
+            "window %u got the gathered messages intact and the empty ones, in order (%d messages)", w1, in1.n);
 
   /* Error strings. */
   int distinct = 1, nonnull = 1;

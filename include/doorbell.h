@@ -676,6 +676,13 @@ int doorbell_window_open(struct doorbell_endpoint *ep, uint32_t *window_out);
 int doorbell_send(struct doorbell_endpoint *ep, uint32_t task, uint32_t window, uint8_t tag, const void *data, size_t len);
 
 /*
+ Same as doorbell_send, the message being `a_len` bytes at `a` followed
+ by `b_len` bytes at `b` (an MPI header and its payload; a piece of
+ length 0 may be NULL): doorbell_sendv of two pieces, without the array.
+ */
+int doorbell_send2(struct doorbell_endpoint *ep, uint32_t task, uint32_t window, uint8_t tag, const void *a, size_t a_len, const void *b, size_t b_len);
+
+/*
  Same as doorbell_send, gathering the message from `iovcnt` pieces (at
  most 1024; a piece of length 0 may have a NULL base).
  */

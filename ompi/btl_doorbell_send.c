@@ -177,19 +177,13 @@ int mca_btl_doorbell_sendi(struct mca_btl_base_module_t *btl,
 
     if (0 == payload_size || !opal_convertor_need_buffers(convertor)) {
         /* header and user data go straight to the core, which copies both */
-        doorbell_iovec iov[2];
         void *data = NULL;
-        size_t n = 1;
 
-        iov[0].base = header;
-        iov[0].len = header_size;
         if (payload_size) {
             opal_convertor_get_current_pointer(convertor, &data);
-            iov[1].base = data;
-            iov[1].len = payload_size;
-            n = 2;
         }
-        rc = doorbell_sendv(module->core, endpoint->task, MCA_BTL_DOORBELL_WINDOW, tag, iov, n);
+        rc = doorbell_send2(module->core, endpoint->task, MCA_BTL_DOORBELL_WINDOW, tag, header,
+                            header_size, data, payload_size);
     } else {
         /* non-contiguous: pack header + payload into a fragment first */
         struct iovec iov;

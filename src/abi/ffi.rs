@@ -578,6 +578,47 @@ pub unsafe extern "C" fn doorbell_send(
     unsafe { doorbell_sendv(ep, task, window, tag, &iov, 1) }
 }
 
+/// Same as doorbell_send, the message being `a_len` bytes at `a` followed
+/// by `b_len` bytes at `b` (an MPI header and its payload; a piece of
+/// length 0 may be NULL): doorbell_sendv of two pieces, without the array.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_send2(
+    ep: *mut doorbell_endpoint,
+    task: u32,
+    window: u32,
+    tag: u8,
+    a: *const c_void,
+    a_len: usize,
+    b: *const c_void,
+    b_len: usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        // SAFETY: each piece is `len` readable bytes at its pointer, or of
+        // length 0 (the contract); checked as doorbell_sendv checks them.
+        let (a, b) = unsafe { (piece(a, a_len)?, piece(b, b_len)?) };
+        ep.send_small(task, window, tag, a, b)?;
+        Ok(DOORBELL_OK)
+    })
+}
+
+/// One piece of a message as a slice: empty for length 0 (any base);
+/// INVALID_ARGUMENT for a NULL base with a length; BAD_LENGTH for a length
+/// no buffer can have, checked before it becomes a slice.
+/// SAFETY (caller): a non-NULL `base` has `len` readable bytes that stay
+/// unchanged while the slice lives.
+#[inline(always)]
+unsafe fn piece<'a>(base: *const c_void, len: usize) -> Result<&'a [u8], Error> {
+    match (base.is_null(), len) {
+        (_, 0) => Ok(&[]),
+        (true, _) => Err(Error::InvalidArgument),
+        (false, n) if n > isize::MAX as usize / 2 => Err(Error::BadLength),
+        // SAFETY: `len` readable bytes at `base` (the caller's contract).
+        (false, n) => Ok(unsafe { std::slice::from_raw_parts(base as *const u8, n) }),
+    }
+}
+
 /// Same as doorbell_send, gathering the message from `iovcnt` pieces (at
 /// most 1024; a piece of length 0 may have a NULL base).
 #[no_mangle]
@@ -597,22 +638,18 @@ pub unsafe extern "C" fn doorbell_sendv(
         }
         if iovcnt <= 2 {
             // The common case, an MPI header and its payload: no part array.
-            let piece = |i: usize| -> Result<&[u8], Error> {
+            let nth = |i: usize| -> Result<&[u8], Error> {
                 if i >= iovcnt {
                     return Ok(&[]);
                 }
-                // SAFETY: `iov` points at `iovcnt` entries (checked above).
-                let v = unsafe { &*iov.add(i) };
-                match (v.base.is_null(), v.len) {
-                    (_, 0) => Ok(&[]),
-                    (true, _) => Err(Error::InvalidArgument),
-                    // Before touching memory: (size_t)-1 must not become a slice.
-                    (false, n) if n > isize::MAX as usize / 2 => Err(Error::BadLength),
-                    // SAFETY: `len` readable bytes at `base` (contract).
-                    (false, n) => Ok(unsafe { std::slice::from_raw_parts(v.base as *const u8, n) }),
+                // SAFETY: `iov` points at `iovcnt` entries (checked above);
+                // each entry's `len` bytes at `base` are readable (contract).
+                unsafe {
+                    let v = &*iov.add(i);
+                    piece(v.base, v.len)
                 }
             };
-            ep.send_small(task, window, tag, piece(0)?, piece(1)?)?;
+            ep.send_small(task, window, tag, nth(0)?, nth(1)?)?;
             return Ok(DOORBELL_OK);
         }
         // SAFETY: `iov` points at `iovcnt` entries (checked non-null above).
