@@ -315,6 +315,28 @@ impl BoxesRx {
         }
     }
 
+    /// `poll_window` of a window whose queue has nothing now: up to
+    /// `budget` messages from the boxes alone, or None (nothing read) if a
+    /// box was claimed since the last look, which `poll_window` takes up
+    /// (F1).  The order holds without the queue: a sender writes its box
+    /// only once all it queued was read (F2), so no queue message can
+    /// precede what its box holds.
+    #[inline]
+    pub fn poll_alone<C: FnMut(u32, u8, SharedBytes<'_>)>(
+        &mut self,
+        watch: &BoxWatch,
+        table: &BoxTable,
+        budget: usize,
+        cb: &mut C,
+        broke: &mut Vec<Broke>,
+    ) -> Option<usize> {
+        // SYNC POINT F1 (receiver side), as in `refresh`.
+        if table.claims.load(Ordering::Acquire) != watch.seen.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(self.poll(watch, budget, cb, broke))
+    }
+
     /// Deliver up to `budget` messages from the boxes.
     #[inline]
     pub fn poll<C: FnMut(u32, u8, SharedBytes<'_>)>(&mut self, watch: &BoxWatch, budget: usize, cb: &mut C, broke: &mut Vec<Broke>) -> usize {

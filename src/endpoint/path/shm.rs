@@ -521,7 +521,7 @@ impl Inner {
     /// no call between (fbox.rs `poll_window`); what only a new sender or a
     /// broken structure needs is out of line.
     #[inline]
-    pub(crate) fn poll_queue<C: FnMut(u32, u8, SharedBytes<'_>)>(&self, window: u32, cb: C) -> Option<usize> {
+    pub(crate) fn poll_queue<C: FnMut(u32, u8, SharedBytes<'_>)>(&self, window: u32, mut cb: C) -> Option<usize> {
         let w = &self.windows[window as usize];
         let mut rx = w.rx.try_lock()?;
         if rx.queue.is_none() && self.take_up_queue(window, &mut rx).is_err() {
@@ -529,6 +529,22 @@ impl Inner {
         }
         let WindowRx { queue, broken, known, boxes } = &mut *rx;
         let q = queue.as_mut().expect("set above");
+        // The common short pass: nothing in the queue and no sender waiting
+        // for its room, only boxes to read.  None of the queue's
+        // bookkeeping below (new senders, the F3 drain, a box to take up)
+        // applies; ~40 instructions a message less.
+        if !w.box_views.is_empty() && (*broken || !q.has_data()) && !q.any_waiting() {
+            let mut broke = Vec::new();
+            if let Some(n) = boxes.poll_alone(&w.box_watch, self.control.box_table(), QUEUE_BUDGET, &mut cb, &mut broke) {
+                if !broke.is_empty() {
+                    self.after_poll(window, q, broken, known, Vec::new(), broke);
+                }
+                if n > 0 {
+                    w.shm_received.add(n as u64);
+                }
+                return Some(n);
+            }
+        }
         let open = |i: usize| w.box_views.get(i).cloned().ok_or(Error::InvalidArgument);
         let place = BoxPlace { watch: &w.box_watch, table: self.control.box_table(), open: &open, me: self.cfg.task, max_message: self.cfg.max_message };
         let with_boxes = !w.box_views.is_empty();
