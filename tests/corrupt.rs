@@ -269,6 +269,30 @@ fn a_receiver_that_polls_finds_a_moved_tail_too() {
 }
 
 #[test]
+fn progress_alone_finds_a_moved_tail() {
+    // A caller that only calls progress (no look for work, no wait): the
+    // queue's periodic check on empty polls (queue.rs TAIL_CHECK_EVERY)
+    // must still run when the pass reads the fast boxes alone.
+    let (a, b, j) = pair();
+    a.send(1, 0, 7, &[b"first"]).unwrap();
+    assert_eq!(receive(&b), b"first");
+    let m = control_file(&j, 1);
+    write_u64(&m, queue0() + 8, read_u64(&m, queue0() + 8) + 32);
+    a.send(1, 0, 7, &[b"second"]).unwrap();
+    let mut seen = None;
+    for _ in 0..1000 {
+        match b.progress(0, &mut |_, _, d| panic!("delivered {d:?}")) {
+            Ok(Woke::Message(0)) => {}
+            other => {
+                seen = Some(other);
+                break;
+            }
+        }
+    }
+    assert_eq!(seen, Some(Ok(Woke::PeerCorrupt(0, Corrupt::QueueHeader))));
+}
+
+#[test]
 fn a_fast_box_tail_moved_ahead_ends_its_owner_for_the_receiver() {
     let (a, b, j) = pair();
     box_in_use(&a, &b);

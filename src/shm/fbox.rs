@@ -219,9 +219,7 @@ pub fn poll_window<S: FnMut(u32), C: FnMut(u32, u8, SharedBytes<'_>)>(
     let mut delivered = 0;
     let queue = match queue {
         Some(q) if !q.has_data() => {
-            if q.empty_poll_finds_tail_ahead() {
-                broke.push(Broke::QueueTail(q.queue().hdr().tail.load(Ordering::Relaxed), q.position()));
-            }
+            empty_queue_polled(q, broke);
             None
         }
         q => q,
@@ -250,6 +248,15 @@ pub fn poll_window<S: FnMut(u32), C: FnMut(u32, u8, SharedBytes<'_>)>(
         }
     }
     delivered
+}
+
+/// A poll found the queue `q` empty: its periodic check that the tail is
+/// not ahead of every record (queue.rs `tail_ahead`).
+#[inline]
+pub fn empty_queue_polled(q: &mut QueueConsumer, broke: &mut Vec<Broke>) {
+    if q.empty_poll_finds_tail_ahead() {
+        broke.push(Broke::QueueTail(q.queue().hdr().tail.load(Ordering::Relaxed), q.position()));
+    }
 }
 
 impl BoxesRx {
@@ -319,26 +326,15 @@ impl BoxesRx {
         }
     }
 
-    /// `poll_window` of a window whose queue has nothing now: up to
-    /// `budget` messages from the boxes alone, or None (nothing read) if a
-    /// box was claimed since the last look, which `poll_window` takes up
-    /// (F1).  The order holds without the queue: a sender writes its box
-    /// only once all it queued was read (F2), so no queue message can
-    /// precede what its box holds.
+    /// No box claimed since the last look (F1): a window whose queue has
+    /// nothing now may then be read from its boxes alone (`poll`), without
+    /// `poll_window`.  The order holds without the queue: a sender writes
+    /// its box only once all it queued was read (F2), so no queue message
+    /// can precede what its box holds.
     #[inline]
-    pub fn poll_alone<C: FnMut(u32, u8, SharedBytes<'_>)>(
-        &mut self,
-        watch: &BoxWatch,
-        table: &BoxTable,
-        budget: usize,
-        cb: &mut C,
-        broke: &mut Vec<Broke>,
-    ) -> Option<usize> {
+    pub fn none_claimed(&self, watch: &BoxWatch, table: &BoxTable) -> bool {
         // SYNC POINT F1 (receiver side), as in `refresh`.
-        if table.claims.load(Ordering::Acquire) != watch.seen.load(Ordering::Relaxed) {
-            return None;
-        }
-        Some(self.poll(watch, budget, cb, broke))
+        table.claims.load(Ordering::Acquire) == watch.seen.load(Ordering::Relaxed)
     }
 
     /// Deliver up to `budget` messages from the boxes.

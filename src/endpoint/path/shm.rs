@@ -7,7 +7,7 @@ use crate::endpoint::peers::Peer;
 use crate::endpoint::wait::Stall;
 use crate::shm::bell::Rang;
 use crate::shm::control::Control;
-use crate::shm::fbox::{poll_window, BoxPlace, BoxTx, BoxesRx, Broke, BOX_AFTER};
+use crate::shm::fbox::{empty_queue_polled, poll_window, BoxPlace, BoxTx, BoxesRx, Broke, BOX_AFTER};
 use crate::shm::queue::{BulkId, QueueConsumer, QueueProducer, QueueWriter};
 use crate::shm::record::Gather;
 use crate::shm::shared_bytes::SharedBytes;
@@ -532,18 +532,25 @@ impl Inner {
         // The common short pass: nothing in the queue and no sender waiting
         // for its room, only boxes to read.  None of the queue's
         // bookkeeping below (new senders, the F3 drain, a box to take up)
-        // applies; ~40 instructions a message less.
-        if !w.box_views.is_empty() && (*broken || !q.has_data()) && !q.any_waiting() {
+        // applies but the empty queue's periodic check; ~40 instructions a
+        // message less.
+        if !w.box_views.is_empty()
+            && (*broken || !q.has_data())
+            && !q.any_waiting()
+            && boxes.none_claimed(&w.box_watch, self.control.box_table())
+        {
             let mut broke = Vec::new();
-            if let Some(n) = boxes.poll_alone(&w.box_watch, self.control.box_table(), QUEUE_BUDGET, &mut cb, &mut broke) {
-                if !broke.is_empty() {
-                    self.after_poll(window, q, broken, known, Vec::new(), broke);
-                }
-                if n > 0 {
-                    w.shm_received.add(n as u64);
-                }
-                return Some(n);
+            if !*broken {
+                empty_queue_polled(q, &mut broke);
             }
+            let n = boxes.poll(&w.box_watch, QUEUE_BUDGET, &mut cb, &mut broke);
+            if !broke.is_empty() {
+                self.after_poll(window, q, broken, known, Vec::new(), broke);
+            }
+            if n > 0 {
+                w.shm_received.add(n as u64);
+            }
+            return Some(n);
         }
         let open = |i: usize| w.box_views.get(i).cloned().ok_or(Error::InvalidArgument);
         let place = BoxPlace { watch: &w.box_watch, table: self.control.box_table(), open: &open, me: self.cfg.task, max_message: self.cfg.max_message };
