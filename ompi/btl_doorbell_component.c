@@ -1040,7 +1040,7 @@ void mca_btl_doorbell_recv_cb(void *ctx, uint32_t task, uint32_t window, uint8_t
     mca_btl_base_segment_t segment = {.seg_addr.pval = (void *) data, .seg_len = len};
     /* A copy of a zeroed descriptor, not an initializer: GCC zeroes the
      * 104-byte descriptor with `rep stos`, microcoded, ~30 cycles to start
-     * on every message; a copy is seven vector moves. */
+     * on every message; a copy is six vector moves. */
     static const mca_btl_base_descriptor_t zero_des;
     mca_btl_base_descriptor_t des = zero_des;
 

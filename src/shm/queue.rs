@@ -768,7 +768,7 @@ impl QueueWriter {
     /// and room before the ring's end.  The same record and the same sync
     /// points as `put`; anything else goes through write_whole.  An 8-byte
     /// MPI ping-pong spent ~690 instructions per send through the general
-    /// path, ~160 in all of vader's; a 1 KiB message ~300 more than here.
+    /// path, ~160 in all of vader's; a 1 KiB message ~170 more than here.
     #[inline(always)]
     pub fn write_small(&self, tag: u8, a: &[u8], b: &[u8], mut ring: impl FnMut() -> bool) -> bool {
         let total = (a.len() + b.len()) as u64;
