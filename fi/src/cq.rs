@@ -228,7 +228,12 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
         // SAFETY: the application closes a fid we made.
         let Some(c) = (unsafe { from_fid(f) }) else { return EINVAL };
         let idle = c.inner.idle.lock().unwrap_or_else(|p| p.into_inner());
-        crate::debug!("cq close: {} sleeps, {} waits off the cpu", idle.sleeps, idle.off_cpu_waits);
+        crate::debug!(
+            "cq close: {} sleeps, {} waits off the cpu, {} second looks after a slow wake",
+            idle.sleeps,
+            idle.off_cpu_waits,
+            idle.second_looks
+        );
         drop(idle);
         if let Some(w) = &c.inner.wait_fd {
             w.stop();
