@@ -42,11 +42,13 @@ use std::time::Duration;
 /// CPU than this per read: it only polls (or yields, or was preempted).
 const GAP_NS: u64 = 5_000;
 /// After a sleep, the caller is still idle if its thread used less CPU
-/// than this until the next read.  Or if the read after that one comes
-/// within GAP_NS: the first read after a sleep often takes longer (4-15 us
-/// of CPU on a 2-core VM, its caches cold), where a caller that works
-/// between reads does so before every read.
+/// than this until the next read.
 const CPU_GAP_NS: u64 = 10_000;
+/// Or if the LOOK_READS reads after that one take at most GAP_NS each
+/// (a spin's test, shorter): the first read after a sleep often takes
+/// longer (4-15 us of CPU on a 2-core VM, its caches cold), where a caller
+/// that works between reads does so before most of them.
+const LOOK_READS: u32 = 4;
 /// A wait that ended awake spun in vain if its thread spent more than
 /// this, and more than half the wait, off the CPU: preempted, it caught
 /// the message no sooner than a sleep would have, and held the CPU that
@@ -123,11 +125,11 @@ pub struct Idle {
     max_us: u64,
     spinning: Option<Window>,
     /// Sleeping phase: the thread and its CPU time when its sleep ended
-    /// (or, `second_look`, when the slow read after it decided).
+    /// (or, during a second look, when the slow read after it came).
     asleep: Option<(usize, u64)>,
-    /// The read after a sleep took more than CPU_GAP_NS: the next one
-    /// decides.
-    second_look: bool,
+    /// The read after a sleep took more than CPU_GAP_NS: the reads after
+    /// it decide (how many came so far, from 1; 0: no look).
+    second_look: u32,
     /// The bound of the next sleep.
     sleep_us: u64,
     /// The endpoints' post count when last seen.
@@ -185,7 +187,7 @@ impl Idle {
             max_us: s.sleep_max_us,
             spinning: None,
             asleep: None,
-            second_look: false,
+            second_look: 0,
             sleep_us: s.sleep_min_us,
             posts: 0,
             skipped: 0,
@@ -233,7 +235,7 @@ impl Idle {
     fn reset(&mut self) {
         self.spinning = None;
         self.asleep = None;
-        self.second_look = false;
+        self.second_look = 0;
         self.sleep_us = self.min_us;
         self.skipped = 0;
         self.period = None;
@@ -303,19 +305,27 @@ impl Idle {
         }
         if let Some((thread, at)) = self.asleep.take() {
             let (me, c) = cpu();
-            let second = std::mem::take(&mut self.second_look);
+            let looked = std::mem::take(&mut self.second_look);
             if me == thread {
                 let used = c.saturating_sub(at);
-                if used <= if second { GAP_NS } else { CPU_GAP_NS } {
+                if looked == 0 && used <= CPU_GAP_NS {
                     return true;
                 }
-                if !second {
+                if looked == 0 {
                     // Without this look, one slow wake in three put the
                     // caller back to a spin and the 1 ms bound (CPU and
                     // wake-ups doubled, 2-core VM).
-                    self.second_look = true;
+                    self.second_look = 1;
                     self.second_looks += 1;
                     self.asleep = Some((me, c));
+                    return false;
+                }
+                if used <= LOOK_READS as u64 * GAP_NS {
+                    if looked == LOOK_READS {
+                        return true;
+                    }
+                    self.second_look = looked + 1;
+                    self.asleep = Some((me, at));
                     return false;
                 }
             }
@@ -662,8 +672,8 @@ mod tests {
         i.asleep = Some((1, 0));
         assert_eq!(i.empty(0, 1_000_000, 0, 1, clock(&cpu)), None, "30 us of its own CPU since the sleep");
         assert_eq!(i.may_skip(), 0, "the next read is measured");
-        cpu.set(40_000);
-        assert_eq!(i.empty(0, 1_010_000, 0, 1, clock(&cpu)), None, "and 10 us more before the next read");
+        cpu.set(51_000);
+        assert_eq!(i.empty(0, 1_030_000, 0, 1, clock(&cpu)), None, "and 21 us more before the next read");
         assert!(i.asleep.is_none());
         i.asleep = Some((1, 0));
         assert_eq!(i.empty(0, 2_000_000, 0, 2, || (2, 0)), None, "another thread reads");
@@ -673,7 +683,7 @@ mod tests {
     }
 
     /// The read after a wake-up can take 10-30 us of CPU (cold caches):
-    /// if the read after it comes as fast as a polling caller's, the
+    /// if the reads after it come as fast as a polling caller's, the
     /// sleeps go on, their bound still growing.
     #[test]
     fn a_slow_read_after_a_wake_up_alone_does_not_end_sleeping() {
@@ -685,16 +695,32 @@ mod tests {
         cpu.set(15_000);
         assert_eq!(i.empty(0, 2_000_000, 0, 1, clock(&cpu)), None, "14 us after the wake-up: a second look");
         assert_eq!(i.second_looks, 1);
-        cpu.set(17_000);
-        assert_eq!(i.empty(0, 2_002_000, 0, 1, clock(&cpu)), Some(Duration::from_micros(2000)), "2 us later: polling");
-        i.slept(1, 17_000);
-        // Slow, then slow again: the caller works between reads.
-        cpu.set(30_000);
-        assert_eq!(i.empty(0, 7_000_000, 0, 1, clock(&cpu)), None);
-        cpu.set(42_000);
-        assert_eq!(i.empty(0, 7_020_000, 0, 1, clock(&cpu)), None);
+        // Four reads 4 us apart: polling.
+        for n in 1..LOOK_READS {
+            cpu.set(cpu.get() + 4_000);
+            assert_eq!(i.empty(0, 2_000_000 + n as u64 * 4_000, 0, 1, clock(&cpu)), None, "read {n} of the look");
+            assert_eq!(i.may_skip(), 0, "a look measures every read");
+        }
+        cpu.set(cpu.get() + 4_000);
+        assert_eq!(i.empty(0, 2_020_000, 0, 1, clock(&cpu)), Some(Duration::from_micros(2000)), "the bound still grows");
+        i.slept(1, cpu.get());
+        // Slow, then one read quick and one after 20 us of work (a caller
+        // that calls the MPI twice between its computations): back to
+        // spinning, where such a caller never sleeps.
+        let c = cpu.get();
+        for (n, (add, slept)) in [(12_000, None), (1_000, None), (20_000, None)].into_iter().enumerate() {
+            cpu.set(cpu.get() + add);
+            assert_eq!(i.empty(0, 7_000_000 + n as u64 * 20_000, 0, 1, clock(&cpu)), slept, "read {n}");
+        }
+        assert_eq!(cpu.get() - c, 33_000);
         assert!(i.asleep.is_none());
         assert_eq!(i.may_skip(), IDLE_SAMPLE - 1, "spinning again");
+        // Another thread's read ends the look too.
+        i.asleep = Some((1, 0));
+        cpu.set(12_000);
+        assert_eq!(i.empty(0, 8_000_000, 0, 1, clock(&cpu)), None);
+        assert_eq!(i.empty(0, 8_001_000, 0, 2, || (2, 13_000)), None);
+        assert!(i.asleep.is_none());
     }
 
     #[test]
