@@ -235,12 +235,13 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
         // SAFETY: the application closes a fid we made.
         let Some(ep) = (unsafe { from_fid(f) }) else { return EINVAL };
         crate::debug!(
-            "endpoint close: window {}: {} sent, {} received through the core; one-copy reads: {} by process_vm_readv, {} over TCP",
+            "endpoint close: window {}: {} sent, {} received through the core; one-copy reads: {} by process_vm_readv, {} over TCP; strangers rejected by the process: {}",
             ep.window,
             ep.sent.load(Ordering::Relaxed),
             ep.received.load(Ordering::Relaxed),
             ep.read_cma.load(Ordering::Relaxed),
-            ep.read_tcp.load(Ordering::Relaxed)
+            ep.read_tcp.load(Ordering::Relaxed),
+            ep.domain.core.ep.counters().strangers_rejected
         );
         // Before the window goes (another endpoint may get it): a queue's
         // read that still holds us skips us from now on.

@@ -21,9 +21,12 @@
 #   NPS          rank counts                      ("2 4")
 #   TESTS        programs                         ("pingpong anysource probe alltoall_nb
 #                                                   ssend_vector collectives threads idle_cpu
-#                                                   idle_point kill_ranks mpi4py": idle_point also
-#                                                   with "threads"; kill_ranks at 4 ranks on shm:
-#                                                   a killed job leaves no file behind; mpi4py at
+#                                                   idle_point kill_ranks stranger mpi4py":
+#                                                   idle_point also with "threads"; kill_ranks at
+#                                                   4 ranks on shm: a killed job leaves no file
+#                                                   behind; stranger at 2 ranks over TCP, visited
+#                                                   by mpi-tests/stranger_attack.py; pingpong also
+#                                                   as two jobs at once; mpi4py at
 #                                                   2 ranks where mpi4py imports: the wheel's venv
 #                                                   for MPICH, /usr/bin/python3 for Open MPI)
 #   IMPI_TESTS   the programs Intel MPI runs      ("pingpong anysource collectives probe")
@@ -48,7 +51,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 MPIS=${MPIS:-ompi mpich impi}
 NPS=${NPS:-2 4}
-TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point kill_ranks mpi4py}
+TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point kill_ranks stranger mpi4py}
 IMPI_TESTS=${IMPI_TESTS:-pingpong anysource collectives probe}
 TCP_PASS=${TCP_PASS:-1}
 WAIT=${WAIT:-adaptive}
@@ -286,6 +289,49 @@ kill_ranks() {
     rm -rf "$dir"
 }
 
+# stranger MPI: while 2 ranks exchange checked messages over TCP
+# (stranger.c), a stranger on the node (mpi-tests/stranger_attack.py) visits
+# each rank's listening port 5 times: a hello of the old protocol with forged
+# frames, one claiming task 1 with a goodbye, one for task 9999, an HTTP
+# request, and a hello keyed with a guessed secret.  The job must run on with
+# correct data, every rank must count the 5 visits as strangers, and the
+# stranger must have reached both ranks.
+stranger() {
+    local mpi=$1 name="$1 stranger np=2 tcp"
+    local log=$LOGS/$(slug "$name").log alog=$LOGS/$(slug "$name")_attack.log arc=0
+    python3 "$ROOT/mpi-tests/stranger_attack.py" "$BIN/stranger_$mpi" --ranks 2 --wait 60 --delay 1 >"$alog" 2>&1 &
+    local apid=$!
+    run_mpi "$mpi" 2 "$name" FI_DOORBELL_FORCE_TCP=1 -- "$BIN/stranger_$mpi" 4
+    wait "$apid" || arc=$?
+    local counted
+    counted=$(grep -aoE 'strangers rejected by the process: [0-9]+' "$LOGS/$(slug "$name").log" | awk '$NF >= 5' | wc -l)
+    if [[ $counted -ge 2 && $arc == 0 ]]; then
+        pass "$name: both ranks rejected the stranger's 5 visits"
+    else
+        fail "$name: $counted of 2 ranks rejected 5 visits, attacker exit $arc" "$alog"
+    fi
+}
+
+# two_jobs MPI VIA: two jobs of the same user on one node at once, each a
+# 2-rank ping-pong up to 1 MiB (every byte checked), over shared memory or
+# TCP: each must keep to its own segments, ports and peers.
+two_jobs() {
+    local mpi=$1 via=$2 base="$1 two jobs at once np=2 $2" extra=() j line
+    [[ $via == tcp ]] && extra=(FI_DOORBELL_FORCE_TCP=1)
+    for j in A B; do
+        (run_mpi "$mpi" 2 "$base, job $j" "${extra[@]}" -- "$BIN/pingpong_$mpi" 1048576) >"$LOGS/$(slug "$base")_$j.out" &
+    done
+    wait
+    for j in A B; do
+        line=$(grep -E '^(PASS|FAIL)  ' "$LOGS/$(slug "$base")_$j.out" | head -1)
+        if [[ $line == PASS* ]]; then
+            pass "${line#PASS  }"
+        else
+            fail "${line#FAIL  }"
+        fi
+    done
+}
+
 leftovers_before=$(ls /dev/shm 2>/dev/null | grep -c "^doorbell-fi\.u$(id -u)\." || true)
 for mpi in $MPIS; do
     if ! have_mpi "$mpi"; then
@@ -306,6 +352,13 @@ for mpi in $MPIS; do
         kill_ranks "$mpi" one
         kill_ranks "$mpi" all
     fi
+    if [[ " $tests " == *" stranger "* && -x $BIN/stranger_$mpi ]]; then
+        stranger "$mpi"
+    fi
+    if [[ " $tests " == *" pingpong "* && -x $BIN/pingpong_$mpi && $mpi != impi ]]; then
+        two_jobs "$mpi" shm
+        two_jobs "$mpi" tcp
+    fi
     passes=(shm)
     [[ $TCP_PASS == 1 ]] && passes+=(tcp)
     for via in "${passes[@]}"; do
@@ -321,7 +374,7 @@ for mpi in $MPIS; do
                 fi
             fi
             for t in $tests; do
-                [[ -x $BIN/${t}_$mpi && $t != kill_ranks ]] || continue
+                [[ -x $BIN/${t}_$mpi && $t != kill_ranks && $t != stranger ]] || continue
                 args=()
                 case $t in
                 pingpong) args=("$PINGPONG_MAX") ;;
