@@ -59,7 +59,7 @@ pub fn get(settings: &Settings) -> Result<Arc<Core>, i32> {
         return Ok(c);
     }
     let l = launch::derive(settings, &launch::ProcessEnv, launch::hydra_job).map_err(|why| {
-        eprintln!("doorbell-fi: {why}");
+        crate::warn!("{why}");
         crate::util::neg(crate::sys::FI_ENODATA)
     })?;
     let c = Arc::new(create(settings, &l)?);
@@ -94,8 +94,24 @@ fn create(s: &Settings, l: &Launch) -> Result<Core, i32> {
         l.local_peers,
         s.force_tcp
     );
-    let ep = Endpoint::new(cfg).map_err(|e| {
-        eprintln!("doorbell-fi: cannot create the core endpoint (task {}, job key from {}): {e}", l.task, l.job_source);
+    let ep = match Endpoint::new(cfg.clone()) {
+        // No room for this rank's control segment (a container's small
+        // /dev/shm, a full one): it goes on without shared memory, as the
+        // BTL does.  Its address says so (no shm token), and its peers
+        // reach it over TCP.
+        Err(doorbell::Error::NoShmSpace) if !cfg.force_tcp => {
+            crate::warn!(
+                "task {}: no room in the shared-memory directory {}: this rank reaches its peers over TCP",
+                l.task, cfg.shm_dir
+            );
+            cfg.force_tcp = true;
+            cfg.local_peers = Some(0);
+            Endpoint::new(cfg)
+        }
+        r => r,
+    }
+    .map_err(|e| {
+        crate::warn!("cannot create the core endpoint (task {}, job key from {}): {e}", l.task, l.job_source);
         crate::util::fi_err(e)
     })?;
     let blob = ep.address().encode();

@@ -108,7 +108,7 @@ pub fn read(prov: *mut fi_provider) -> Settings {
     let wait = match get_str(prov, c"wait") {
         None => WaitPolicy::Adaptive,
         Some(s) => WaitPolicy::parse(&s).unwrap_or_else(|| {
-            eprintln!("doorbell-fi: ignoring FI_DOORBELL_WAIT={s:?} (expected poll, adaptive or block)");
+            crate::warn!("ignoring FI_DOORBELL_WAIT={s:?} (expected poll, adaptive or block)");
             WaitPolicy::Adaptive
         }),
     };

@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 pub fn guard<R: Copy>(on_panic: R, f: impl FnOnce() -> R) -> R {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
         if debug_enabled() {
-            eprintln!("doorbell-fi: internal panic caught at the C boundary");
+            crate::warn!("internal panic caught at the C boundary");
         }
         on_panic
     })
@@ -103,6 +103,15 @@ macro_rules! debug {
             let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         }
     };
+}
+
+/// A warning on stderr, always (`debug!`'s one write per line).
+#[macro_export]
+macro_rules! warn {
+    ($($a:tt)*) => {{
+        let line = format!("doorbell-fi: {}\n", format!($($a)*));
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    }};
 }
 
 /// Allocate a zeroed C struct with libc (libfabric frees what we hand it

@@ -214,6 +214,8 @@ carried() {
 }
 
 # run_mpi MPI NP NAME EXTRA_ENV... -- PROGRAM ARGS
+# (LAUNCH_PREFIX: a command the launcher runs under, e.g. in_tmpfs.sh)
+LAUNCH_PREFIX=()
 run_mpi() {
     local mpi=$1 np=$2 name=$3
     shift 3
@@ -227,13 +229,13 @@ run_mpi() {
     ompi)
         local xs=()
         for e in "${base[@]}"; do xs+=(-x "$e"); done
-        env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "${LAUNCH_PREFIX[@]}" \
             timeout "$RUN_TIMEOUT" mpirun.openmpi --allow-run-as-root --oversubscribe -np "$np" \
             "${xs[@]}" --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include doorbell "$@" >"$log" 2>&1
         rc=$?
         ;;
     mpich)
-        env "${base[@]}" MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=doorbell MPIR_CVAR_NOLOCAL=1 \
+        env "${base[@]}" MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=doorbell MPIR_CVAR_NOLOCAL=1 "${LAUNCH_PREFIX[@]}" \
             timeout "$RUN_TIMEOUT" "$MPICH_VENV/bin/mpiexec" -n "$np" "$@" >"$log" 2>&1
         rc=$?
         ;;
@@ -332,6 +334,28 @@ two_jobs() {
     done
 }
 
+# shm_full MPI SIZE WHO: 4 ranks ping-pong (every byte checked) with their
+# shared-memory directory a tmpfs of SIZE: room for no rank's control
+# segment (WHO=none: each rank warns once and reaches its peers over TCP)
+# or for some (WHO=some: those pairs stay on shared memory, the others
+# warn and go over TCP).  The job must pass and leave no file there.
+shm_full() {
+    local mpi=$1 size=$2 who=$3 name="$1 shm_full np=4, a $2 directory: room for $3" dir
+    dir=$(mktemp -u "$OUT/shm-full.XXXXXX")
+    LAUNCH_PREFIX=("$HERE/in_tmpfs.sh" "$size" "$dir")
+    run_mpi "$mpi" 4 "$name" FI_DOORBELL_SHM_DIR="$dir" -- "$BIN/pingpong_$mpi" 1048576
+    LAUNCH_PREFIX=()
+    local log=$LOGS/$(slug "$name").log warned left
+    warned=$(grep -ac 'no room in the shared-memory directory' "$log")
+    left=$(cat "$dir.left" 2>/dev/null || echo "?")
+    rm -rf "$dir" "$dir.left"
+    if [[ $who == none && $warned == 4 || $who == some && $warned -ge 1 && $warned -le 3 ]] && [[ $left == 0 ]]; then
+        pass "$name: $warned ranks went over TCP, no file left"
+    else
+        fail "$name: $warned ranks warned of no room, $left files left" "$log"
+    fi
+}
+
 leftovers_before=$(ls /dev/shm 2>/dev/null | grep -c "^doorbell-fi\.u$(id -u)\." || true)
 for mpi in $MPIS; do
     if ! have_mpi "$mpi"; then
@@ -358,6 +382,8 @@ for mpi in $MPIS; do
     if [[ " $tests " == *" pingpong "* && -x $BIN/pingpong_$mpi && $mpi != impi ]]; then
         two_jobs "$mpi" shm
         two_jobs "$mpi" tcp
+        shm_full "$mpi" 40k none
+        shm_full "$mpi" 1600k some
     fi
     passes=(shm)
     [[ $TCP_PASS == 1 ]] && passes+=(tcp)
