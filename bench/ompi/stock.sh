@@ -3,6 +3,7 @@
 # doorbell beside the Open MPI transport it replaces, in one run:
 #   pingpong0   IMB-MPI1 PingPong, 0 B (t[usec]), 2 ranks        vader | doorbell
 #   latency0    osu_latency, 0 B, 2 ranks                        vader | doorbell
+#   latency1    osu_latency, 1 B, 2 ranks (OSU 7 starts at 1 B)  vader | doorbell
 #   allreduce4  IMB-MPI1 Allreduce, 8 B (t_avg), 4 ranks pinned
 #               round-robin on the 2 cores (oversubscribed)      vader | doorbell
 #   tcplat8     osu_latency, 8 B, 2 ranks                        tcp   | doorbell force_tcp
@@ -15,7 +16,8 @@
 # rounds compare the close placement with itself).  A run that fails or prints no figure fails the script.
 #
 # OSU and IMB are not packaged by Debian: build OSU 5.3.2
-# (./configure CC=mpicc.openmpi CXX=mpicxx.openmpi; make -C mpi/pt2pt) and
+# (./configure CC=mpicc.openmpi CXX=mpicxx.openmpi; make -C mpi/pt2pt; or
+# OSU 7.x, whose osu_latency has no 0 B row: use latency1 there) and
 # IMB-MPI1 (github.com/intel/mpi-benchmarks: make IMB-MPI1
 # CC=mpicc.openmpi CXX=mpicxx.openmpi) and name them here.
 #
@@ -44,6 +46,7 @@ declare -A mca=(
 declare -A row=(
     [pingpong0]="vader doorbell 2 $IMB_MPI1 PingPong -msglog 0:0 -iter 100000 -time 100"
     [latency0]="vader doorbell 2 $OSU_DIR/osu_latency"
+    [latency1]="vader doorbell 2 $OSU_DIR/osu_latency"
     [allreduce4]="vader doorbell 4 $IMB_MPI1 Allreduce -npmin 4 -msglog 3:3 -iter 20000 -time 100"
     [tcplat8]="tcp doorbell_tcp 2 $OSU_DIR/osu_latency"
     [bibw1m]="vader doorbell 2 $OSU_DIR/osu_bibw"
@@ -53,6 +56,7 @@ fig() { # ROW LOG: the row's figure from a run's output
     pingpong0) awk '/Benchmarking PingPong/ { on = 1 } on && $1 == "0" && NF >= 4 { print $3; exit }' "$2" ;;
     allreduce4) awk '/Benchmarking Allreduce/ { on = 1 } on && $1 == "8" && NF >= 5 { print $5; exit }' "$2" ;;
     latency0) awk '$1 == "0" && NF == 2 { print $2; exit }' "$2" ;;
+    latency1) awk '$1 == "1" && NF == 2 { print $2; exit }' "$2" ;;
     tcplat8) awk '$1 == "8" && NF == 2 { print $2; exit }' "$2" ;;
     bibw1m) awk '$1 == "1048576" && NF == 2 { print $2; exit }' "$2" ;;
     esac
@@ -94,7 +98,7 @@ vals = {}
 for line in open(sys.argv[1]):
     name, c, v = line.split()
     vals.setdefault(name, {}).setdefault(c, []).append(float(v))
-unit = {"pingpong0": "us", "latency0": "us", "allreduce4": "us", "tcplat8": "us", "bibw1m": "MB/s"}
+unit = {"pingpong0": "us", "latency0": "us", "latency1": "us", "allreduce4": "us", "tcplat8": "us", "bibw1m": "MB/s"}
 print(f"{'row':11s} {'reference':>28s} {'doorbell':>32s} {'ratio':>7s} {'best':>7s}  (median [min..max] over rounds)")
 for name in sys.argv[2].split():
     cs = list(vals.get(name, {}).items())
