@@ -253,17 +253,25 @@ fn a_tail_moved_onto_earlier_bytes_ends_its_owner_for_the_sender() {
     }
 }
 
-#[test]
-fn a_receiver_that_polls_finds_a_moved_tail_too() {
-    // A receiver that never sleeps (WaitMode::Poll) and skips the passes
-    // the look for work says no to: it looks at the tails now and then
-    // (work_check.rs), not only before a sleep.
+/// A pair after one message delivered; then the receiver's queue tail is
+/// moved 32 bytes ahead and a second message sent behind it.  The sender
+/// is returned too: dropped, it would say goodbye.
+fn tail_moved_before_a_second_message() -> (Endpoint, Endpoint, String) {
     let (a, b, j) = pair();
     a.send(1, 0, 7, &[b"first"]).unwrap();
     assert_eq!(receive(&b), b"first");
     let m = control_file(&j, 1);
     write_u64(&m, queue0() + 8, read_u64(&m, queue0() + 8) + 32);
     a.send(1, 0, 7, &[b"second"]).unwrap();
+    (a, b, j)
+}
+
+#[test]
+fn a_receiver_that_polls_finds_a_moved_tail_too() {
+    // A receiver that never sleeps (WaitMode::Poll) and skips the passes
+    // the look for work says no to: it looks at the tails now and then
+    // (work_check.rs), not only before a sleep.
+    let (_a, b, _j) = tail_moved_before_a_second_message();
     let w = b.wait(0, Some(WaitMode::Poll), WATCHDOG, &mut |_, _, d| panic!("delivered {d:?}"));
     assert_eq!(w, Ok(Woke::PeerCorrupt(0, Corrupt::QueueHeader)));
 }
@@ -273,12 +281,7 @@ fn progress_alone_finds_a_moved_tail() {
     // A caller that only calls progress (no look for work, no wait): the
     // queue's periodic check on empty polls (queue.rs TAIL_CHECK_EVERY)
     // must still run when the pass reads the fast boxes alone.
-    let (a, b, j) = pair();
-    a.send(1, 0, 7, &[b"first"]).unwrap();
-    assert_eq!(receive(&b), b"first");
-    let m = control_file(&j, 1);
-    write_u64(&m, queue0() + 8, read_u64(&m, queue0() + 8) + 32);
-    a.send(1, 0, 7, &[b"second"]).unwrap();
+    let (_a, b, _j) = tail_moved_before_a_second_message();
     let mut seen = None;
     for _ in 0..1000 {
         match b.progress(0, &mut |_, _, d| panic!("delivered {d:?}")) {

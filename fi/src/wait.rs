@@ -44,8 +44,9 @@ const GAP_NS: u64 = 5_000;
 /// After a sleep, the caller is still idle if its thread used less CPU
 /// than this until the next read.
 const CPU_GAP_NS: u64 = 10_000;
-/// Or if the LOOK_READS reads after that one take at most GAP_NS each
-/// (a spin's test, shorter): the first read after a sleep often takes
+/// Or if the LOOK_READS reads after that one take at most GAP_NS each on
+/// average, their sum checked at every read (a spin's test, shorter): the
+/// first read after a sleep often takes
 /// longer (4-15 us of CPU on a 2-core VM, its caches cold), where a caller
 /// that works between reads does so before most of them.
 const LOOK_READS: u32 = 4;
@@ -308,10 +309,10 @@ impl Idle {
             let looked = std::mem::take(&mut self.second_look);
             if me == thread {
                 let used = c.saturating_sub(at);
-                if looked == 0 && used <= CPU_GAP_NS {
-                    return true;
-                }
                 if looked == 0 {
+                    if used <= CPU_GAP_NS {
+                        return true;
+                    }
                     // Without this look, one slow wake in three put the
                     // caller back to a spin and the 1 ms bound (CPU and
                     // wake-ups doubled, 2-core VM).

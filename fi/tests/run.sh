@@ -306,7 +306,7 @@ stranger() {
     run_mpi "$mpi" 2 "$name" FI_DOORBELL_FORCE_TCP=1 -- "$BIN/stranger_$mpi" 4
     wait "$apid" || arc=$?
     local counted
-    counted=$(grep -aoE 'strangers rejected by the process: [0-9]+' "$LOGS/$(slug "$name").log" | awk '$NF >= 5' | wc -l)
+    counted=$(grep -aoE 'strangers rejected by the process: [0-9]+' "$log" | awk '$NF >= 5' | wc -l)
     if [[ $counted -ge 2 && $arc == 0 ]]; then
         pass "$name: both ranks rejected the stranger's 5 visits"
     else
