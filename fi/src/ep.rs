@@ -17,7 +17,7 @@ use crate::wire::{Body, Fin, Header, Rndv, CORE_TAG, HEADER_MAX};
 use doorbell::{ReadDone, ReadDst, SharedBytes, Work};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
 #[repr(C)]
@@ -533,7 +533,7 @@ impl Ep {
                     self.end_read(&w.r, w.src, &w.h, w.d, w.n, false, out);
                     continue;
                 }
-                scatter_at(w.r.iov.as_slice(), w.off, &w.buf);
+                scatter_at(w.r.iov.as_slice(), w.off, &w.buf.as_slice());
                 w.off += w.buf.len();
                 if w.off < w.n {
                     self.read_piece(w);
@@ -593,10 +593,27 @@ impl Ep {
         let _ = core.ep.local_notify(core.task, self.window);
     }
 
-    /// `deliver`, for bytes the core hands over in place: shared ones are
-    /// copied into `buf` (the delivering lock's) first.
+    /// `deliver`, for bytes the core hands over in place.  A message in
+    /// shared memory that the first posted receive takes is copied once,
+    /// straight into that receive (its header alone copied out first);
+    /// any other is copied into `buf` (the delivering lock's) first.
     #[inline]
     fn deliver_in(&self, buf: &mut Vec<u8>, out: &mut Sink<'_>, task: u32, tag: u8, b: SharedBytes<'_>) {
+        if tag == CORE_TAG && !b.is_private() {
+            let mut head = [0u8; HEADER_MAX];
+            let n = b.copy_prefix(&mut head);
+            if let Some((h, rest)) = Header::decode(&head[..n]) {
+                if h.body == Body::Eager {
+                    let src = Source { task, window: h.src_window };
+                    let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(r) = m.arrive_front(h.kind, src, h.tag) {
+                        drop(m);
+                        crate::util::count_one(&self.received);
+                        return self.complete_recv(&r, src, &h, b.skip(n - rest.len()), None, out);
+                    }
+                }
+            }
+        }
         b.with_slice(buf, |s| self.deliver(task, tag, s, out));
     }
 
@@ -733,7 +750,7 @@ impl Ep {
 
     /// Copy a message into its receive and complete it.
     #[inline]
-    fn complete_recv(&self, r: &Recv, src: Source, h: &Header, payload: &[u8], multi: Option<(usize, bool)>, out: &mut Sink<'_>) {
+    fn complete_recv(&self, r: &Recv, src: Source, h: &Header, payload: impl Payload, multi: Option<(usize, bool)>, out: &mut Sink<'_>) {
         let (copied, buf) = match multi {
             Some((offset, _)) => {
                 let (base, cap) = r.iov.as_slice().first().copied().unwrap_or((0, 0));
@@ -742,11 +759,11 @@ impl Ep {
                     // SAFETY: the multi-receive buffer [base, base + cap) is
                     // the application's until released; the matcher gave
                     // this message [offset, offset + n) alone.
-                    unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), (base + offset) as *mut u8, n) };
+                    unsafe { payload.copy(0, (base + offset) as *mut u8, n) };
                 }
                 (n, base + offset)
             }
-            None => (scatter(r.iov.as_slice(), payload), r.iov.as_slice().first().map_or(0, |e| e.0)),
+            None => (scatter(r.iov.as_slice(), &payload), r.iov.as_slice().first().map_or(0, |e| e.0)),
         };
         let last = multi.is_some_and(|(_, l)| l);
         let c = self.recv_completion(r, h, copied, payload.len(), buf, last);
@@ -807,7 +824,7 @@ impl Ep {
     /// (`out`) if it takes it, else into the bound queue.  `from`: a
     /// message's sender, whose fi_addr_t is looked up only if a reader may
     /// read it (fi_cq_readfrom, or a queued entry).
-    #[inline]
+    #[inline(always)]
     fn push_rx_into(&self, mut c: Completion, wanted: bool, from: Option<Source>, out: &mut Sink<'_>) {
         if let Some(k) = self.cntr(false) {
             k.bump(c.err.is_some());
@@ -871,11 +888,53 @@ impl Ep {
     }
 
     /// Send one message.  `flags` decide the completion (FI_COMPLETION
-    /// under selective completion); an inject never completes.
+    /// under selective completion); an inject never completes.  Inlined
+    /// into each entry point: the common case (one buffer, small, to
+    /// another process) is straight-line code; the rest is out of line.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn send(&self, kind: Kind, parts: &[&[u8]], dest: fi_addr_t, tag: u64, data: Option<u64>, ctx: usize, flags: u64, inject: bool) -> isize {
         self.seen_thread(true);
         let Some(to) = self.source_of(dest) else { return negs(FI_EINVAL) };
+        let core = &self.domain.core;
+        let [one] = parts else { return self.send_other(kind, parts, to, tag, data, ctx, flags, inject) };
+        let min = core.settings.rndv_min as usize;
+        if one.len() > MAX_EAGER || to.task == core.task || (min > 0 && one.len() >= min && kind == Kind::Tagged && !inject) {
+            return self.send_other(kind, parts, to, tag, data, ctx, flags, inject);
+        }
+        let h = Header { kind, src_window: self.window, tag, data, body: Body::Eager };
+        let head = h.encode();
+        if let Err(e) = core.ep.send_small(to.task, to.window, CORE_TAG, head.bytes(), one) {
+            return self.send_failed(to, e);
+        }
+        crate::util::count_one(&self.sent);
+        self.sent_ok(kind, ctx, flags, inject);
+        0
+    }
+
+    /// A send's completion (or an inject's count) once the core holds it.
+    #[inline(always)]
+    fn sent_ok(&self, kind: Kind, ctx: usize, flags: u64, inject: bool) {
+        if !inject {
+            self.push_sent(ctx, FI_SEND | kind_flag(kind), flags & FI_COMPLETION != 0);
+        } else if let Some(k) = self.cntr(true) {
+            k.bump(false);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn send_failed(&self, to: Source, e: doorbell::Error) -> isize {
+        if e != doorbell::Error::WouldBlock {
+            crate::debug!("send to task {}: {e}", to.task);
+        }
+        fi_err(e) as isize
+    }
+
+    /// `send`'s other cases: iovecs, one-copy, messages to ourselves.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn send_other(&self, kind: Kind, parts: &[&[u8]], to: Source, tag: u64, data: Option<u64>, ctx: usize, flags: u64, inject: bool) -> isize {
         let len = parts.iter().try_fold(0usize, |n, p| n.checked_add(p.len()));
         let Some(len) = len.filter(|&n| n <= MAX_MSG) else { return negs(FI_EMSGSIZE) };
         let h = Header { kind, src_window: self.window, tag, data, body: Body::Eager };
@@ -917,18 +976,11 @@ impl Ep {
                 }
             };
             if let Err(e) = r {
-                if e != doorbell::Error::WouldBlock {
-                    crate::debug!("send to task {}: {e}", to.task);
-                }
-                return fi_err(e) as isize;
+                return self.send_failed(to, e);
             }
             crate::util::count_one(&self.sent);
         }
-        if !inject {
-            self.push_sent(ctx, FI_SEND | kind_flag(kind), flags & FI_COMPLETION != 0);
-        } else if let Some(k) = self.cntr(true) {
-            k.bump(false);
-        }
+        self.sent_ok(kind, ctx, flags, inject);
         0
     }
 
@@ -960,8 +1012,11 @@ impl Ep {
         0
     }
 
-    /// Post a receive (or peek, or take a claimed message).
+    /// Post a receive (or peek, or take a claimed message).  Inlined into
+    /// each entry point down to the common case, a plain receive posted
+    /// while nothing unexpected waits: it only queues.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn recv(&self, kind: Kind, iov: Iovs, src: fi_addr_t, tag: u64, ignore: u64, ctx: usize, flags: u64) -> isize {
         self.seen_thread(flags & FI_PEEK == 0);
         let want_src = if src == FI_ADDR_ANY || self.caps & FI_DIRECTED_RECV == 0 {
@@ -974,6 +1029,19 @@ impl Ep {
         };
         let want = Want { src: want_src, tag, ignore: if kind == Kind::Msg { u64::MAX } else { ignore } };
         let r = Recv { ctx, iov, flags, kind };
+        if flags & (FI_PEEK | FI_CLAIM | FI_MULTI_RECV) != 0 {
+            return self.recv_other(kind, want, r, flags);
+        }
+        let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
+        match m.post_if_none_waits(kind, Posted { want, ctx, multi: None, r }) {
+            Ok(()) => 0,
+            Err(p) => self.post_found(m, kind, p),
+        }
+    }
+
+    /// `recv`'s other cases: a peek, a claim, a multi-receive buffer.
+    #[inline(never)]
+    fn recv_other(&self, kind: Kind, want: Want, r: Recv, flags: u64) -> isize {
         if flags & FI_PEEK != 0 {
             return self.peek(kind, want, r, flags);
         }
@@ -985,12 +1053,17 @@ impl Ep {
             return negs(FI_EINVAL);
         }
         let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
-        // Nothing unexpected waits (a receive posted ahead of its message):
-        // it only queues, and completes nothing.
-        let p = match m.post_if_none_waits(kind, Posted { want, ctx, multi, r }) {
+        let p = match m.post_if_none_waits(kind, Posted { want, ctx: r.ctx, multi, r }) {
             Ok(()) => return 0,
             Err(p) => p,
         };
+        self.post_found(m, kind, p)
+    }
+
+    /// Post `p`, which may take messages that wait unexpected (under the
+    /// matcher's lock `m`), and complete what it took.
+    #[inline(never)]
+    fn post_found(&self, mut m: MutexGuard<'_, Matcher<Recv>>, kind: Kind, p: Posted<Recv>) -> isize {
         let p = m.post(kind, p);
         // A post that completed nothing has nothing for a sleeping read.
         let completed = !p.placed.is_empty() || p.released.is_some();
@@ -1001,9 +1074,9 @@ impl Ep {
             // below, outside the matcher's lock.
             match (into, remote_of(&u)) {
                 (Into::One(r), Some(d)) => reads.push((r, u.src, h, d)),
-                (Into::One(r), None) => self.complete_recv(&r, u.src, &h, &u.payload, None, &mut Sink::none()),
+                (Into::One(r), None) => self.complete_recv(&r, u.src, &h, u.payload.as_slice(), None, &mut Sink::none()),
                 (Into::Multi { r, offset, last }, _) => {
-                    self.complete_recv(&r, u.src, &h, &u.payload, Some((offset, last)), &mut Sink::none())
+                    self.complete_recv(&r, u.src, &h, u.payload.as_slice(), Some((offset, last)), &mut Sink::none())
                 }
             }
         }
@@ -1088,7 +1161,7 @@ impl Ep {
             self.start_read(Recv { flags: flags | FI_COMPLETION, ..r }, u.src, h, d);
             return 0;
         }
-        self.complete_recv(&Recv { flags: flags | FI_COMPLETION, ..r.clone() }, u.src, &h, &u.payload, None, &mut Sink::none());
+        self.complete_recv(&Recv { flags: flags | FI_COMPLETION, ..r.clone() }, u.src, &h, u.payload.as_slice(), None, &mut Sink::none());
         0
     }
 }
@@ -1099,12 +1172,48 @@ fn remote_of(u: &Unexpected) -> Option<Rndv> {
 }
 
 /// Copy `payload` into the iovecs; the bytes copied.
-fn scatter(iov: &[(usize, usize)], payload: &[u8]) -> usize {
+fn scatter(iov: &[(usize, usize)], payload: &impl Payload) -> usize {
     scatter_at(iov, 0, payload)
 }
 
+/// The bytes a receive is filled from: ours, or a message still in shared
+/// memory (copied from there without a Rust reference over them).
+pub trait Payload {
+    fn len(&self) -> usize;
+    /// Copy `n` bytes from offset `at` (within the bytes) to `dst`.
+    ///
+    /// # Safety
+    /// `dst` is valid for `n` writes and is not part of the bytes.
+    unsafe fn copy(&self, at: usize, dst: *mut u8, n: usize);
+}
+
+impl Payload for &[u8] {
+    #[inline]
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+    #[inline]
+    unsafe fn copy(&self, at: usize, dst: *mut u8, n: usize) {
+        let from = &self[at..at + n];
+        // SAFETY: `from` is n readable bytes; `dst` per the contract.
+        unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), dst, n) };
+    }
+}
+
+impl Payload for SharedBytes<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        SharedBytes::len(self)
+    }
+    #[inline]
+    unsafe fn copy(&self, at: usize, dst: *mut u8, n: usize) {
+        // SAFETY: `dst` per the contract (copy_out checks the range).
+        unsafe { self.copy_out(at, dst, n) };
+    }
+}
+
 /// `scatter`, from `skip` bytes into the iovecs.
-fn scatter_at(iov: &[(usize, usize)], mut skip: usize, payload: &[u8]) -> usize {
+fn scatter_at(iov: &[(usize, usize)], mut skip: usize, payload: &impl Payload) -> usize {
     let mut done = 0;
     for &(base, len) in iov {
         if skip >= len {
@@ -1117,8 +1226,8 @@ fn scatter_at(iov: &[(usize, usize)], mut skip: usize, payload: &[u8]) -> usize 
         }
         // SAFETY: [base + skip, + n) lies in an iovec, the application's
         // writable buffer, posted with this receive and untouched by
-        // anyone else until it completes.
-        unsafe { std::ptr::copy_nonoverlapping(payload[done..].as_ptr(), (base + skip) as *mut u8, n) };
+        // anyone else until it completes; done + n <= payload.len().
+        unsafe { payload.copy(done, (base + skip) as *mut u8, n) };
         done += n;
         skip = 0;
     }

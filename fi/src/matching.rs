@@ -151,6 +151,17 @@ impl<R: Clone> Matcher<R> {
         self.arrive_with(kind, src, tag, data, desc, Some(len))
     }
 
+    /// The common case alone: the first posted receive takes the message
+    /// (a single receive that matches it).  None: `arrive` decides.
+    #[inline]
+    pub fn arrive_front(&mut self, kind: Kind, src: Source, tag: u64) -> Option<R> {
+        let q = &mut self.posted[kind as usize];
+        if q.front().is_some_and(|p| p.multi.is_none() && p.want.matches(kind, src, tag)) {
+            return q.pop_front().map(|p| p.r);
+        }
+        None
+    }
+
     /// Inlined into the caller: the common case, a stream into receives
     /// posted in its order, where the first one takes the message (no
     /// search, no shift of the queue); the rest in `arrive_search`.

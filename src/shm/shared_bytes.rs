@@ -76,6 +76,50 @@ impl<'a> SharedBytes<'a> {
         }
     }
 
+    /// Are these bytes this process's own (`with_slice` lends them)?
+    pub fn is_private(&self) -> bool {
+        self.private
+    }
+
+    /// Copy the first `min(len(), N)` bytes into `dst`: their count.  A
+    /// message at least `N` long takes a fixed-size copy (no memcpy call).
+    #[inline]
+    pub fn copy_prefix<const N: usize>(&self, dst: &mut [u8; N]) -> usize {
+        let n = self.len.min(N);
+        // SAFETY: `ptr` is valid for `len` >= n reads (constructors), `dst`
+        // (a unique reference, so not the message) for N >= n writes.
+        unsafe {
+            if n == N {
+                std::ptr::copy_nonoverlapping(self.ptr, dst.as_mut_ptr(), N);
+            } else {
+                std::ptr::copy_nonoverlapping(self.ptr, dst.as_mut_ptr(), n);
+            }
+        }
+        n
+    }
+
+    /// The bytes after the first `n` (none if `n >= len()`).
+    #[inline]
+    pub fn skip(&self, n: usize) -> SharedBytes<'a> {
+        let n = n.min(self.len);
+        SharedBytes { ptr: self.ptr.wrapping_add(n), len: self.len - n, private: self.private, _life: PhantomData }
+    }
+
+    /// Copy `n` bytes from offset `at` to `dst`, memory the caller owns
+    /// (a receive's buffer): the message is copied once, straight to
+    /// where it goes.  Panics if `[at, at + n)` is not within the bytes.
+    ///
+    /// # Safety
+    /// `dst` is valid for `n` writes and no reference covers them; it is
+    /// not part of the message.
+    #[inline]
+    pub unsafe fn copy_out(&self, at: usize, dst: *mut u8, n: usize) {
+        assert!(at <= self.len && n <= self.len - at, "copy_out: past the message's end");
+        // SAFETY: [at, at + n) is within the `len` bytes valid for reads
+        // (checked above, constructors); `dst` per the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(at), dst, n) };
+    }
+
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::new();
         self.copy_into(&mut v);
@@ -125,6 +169,35 @@ mod tests {
         assert_eq!(at.1, shm);
         assert_ne!(at.0, shm.as_ptr(), "shared bytes are copied first");
         assert_eq!(buf, shm);
+    }
+
+    #[test]
+    fn a_prefix_and_the_rest_are_copied_out_of_place() {
+        let shm = [1u8, 2, 3, 4, 5, 6];
+        // SAFETY: `shm` is valid for 6 reads for the test.
+        let s = unsafe { SharedBytes::shared(shm.as_ptr(), shm.len()) };
+        let mut head = [0u8; 4];
+        assert_eq!(s.copy_prefix(&mut head), 4);
+        assert_eq!(head, [1, 2, 3, 4]);
+        let mut long = [9u8; 8];
+        assert_eq!(s.copy_prefix(&mut long), 6, "a short message fills only its length");
+        assert_eq!(long, [1, 2, 3, 4, 5, 6, 9, 9]);
+        let rest = s.skip(4);
+        assert_eq!((rest.len(), rest.is_private()), (2, false));
+        assert_eq!(rest.to_vec(), [5, 6]);
+        assert!(s.skip(10).is_empty());
+        let mut out = [0u8; 3];
+        // SAFETY: `out` holds 3 bytes of ours.
+        unsafe { s.copy_out(3, out.as_mut_ptr(), 3) };
+        assert_eq!(out, [4, 5, 6]);
+    }
+
+    #[test]
+    #[should_panic(expected = "past the message's end")]
+    fn copy_out_past_the_end_panics() {
+        let mut out = [0u8; 3];
+        // SAFETY: `out` holds 3 bytes of ours; the check fires first.
+        unsafe { SharedBytes::from_slice(&[1, 2]).copy_out(1, out.as_mut_ptr(), 2) };
     }
 
     #[test]
