@@ -607,8 +607,8 @@ impl Ep {
                     let src = Source { task, window: h.src_window };
                     let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(r) = m.arrive_front(h.kind, src, h.tag) {
-                        drop(m);
                         crate::util::count_one(&self.received);
+                        // Under the lock, as `arrive` completes.
                         return self.complete_recv(&r, src, &h, b.skip(n - rest.len()), None, out);
                     }
                 }
@@ -870,7 +870,7 @@ impl Ep {
     }
 
     /// A send's successful completion (every eager send's).
-    #[inline]
+    #[inline(always)]
     fn push_sent(&self, ctx: usize, flags: u64, wanted: bool) {
         if let Some(k) = self.cntr(true) {
             k.bump(false);

@@ -396,6 +396,24 @@ mod tests {
     }
 
     #[test]
+    fn the_front_receive_alone_takes_a_message_on_the_short_way() {
+        let mut m = Matcher::<u32>::default();
+        m.post(Kind::Tagged, one(1, want(Some(A), 7, 0)));
+        m.post(Kind::Tagged, one(2, want(Some(B), 7, 0)));
+        // B's message matches the second receive only: the short way
+        // declines it (arrive searches), and leaves both posted.
+        assert_eq!(m.arrive_front(Kind::Tagged, B, 7), None);
+        assert_eq!(m.arrive_front(Kind::Msg, A, 7), None, "another kind's queue");
+        assert_eq!(m.posted_len(), 2);
+        assert_eq!(m.arrive_front(Kind::Tagged, A, 7), Some(1));
+        assert_eq!(m.arrive_front(Kind::Tagged, B, 7), Some(2));
+        // A multi-receive buffer at the front is arrive's to fill.
+        m.post(Kind::Msg, multi(3, 64));
+        assert_eq!(m.arrive_front(Kind::Msg, A, 0), None);
+        assert_eq!(m.arrive(Kind::Msg, A, 0, None, b"abc").into, Some(Into::Multi { r: 3, offset: 0, last: false }));
+    }
+
+    #[test]
     fn wildcard_source_and_ignored_tag_bits() {
         let mut m = Matcher::<u32>::default();
         m.post(Kind::Tagged, one(1, want(None, 0x5, 0xffff_0000_0000)));
