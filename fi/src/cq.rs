@@ -71,6 +71,19 @@ impl Sink<'_> {
         self.is_for(cq) && self.take_with(c, || c.src)
     }
 
+    /// How many more completions a read of `cq` takes here: a pass that
+    /// would make more leaves the rest to the next read (past the reader's
+    /// room a completion goes through the queue, its lock and a second
+    /// copy).  usize::MAX if this is no open sink of `cq`.
+    #[inline]
+    pub fn room_for(&self, cq: *const Cq) -> usize {
+        if self.open && self.is_for(cq) {
+            self.count - self.n
+        } else {
+            usize::MAX
+        }
+    }
+
     /// Is this the sink of a read of `cq`?  (An address compared, never
     /// dereferenced: a caller may hold it without holding the queue.)
     #[inline]

@@ -506,9 +506,10 @@ impl Ep {
         let Some(work) = self.work() else { return };
         // Another thread delivers (or sleeps delivering): it reports.
         let Ok(mut buf) = self.delivering.try_lock() else { return };
+        let room = out.room_for(self.rx_cq.load(Ordering::Acquire));
         let mut deliver = |task, tag, b: SharedBytes<'_>| self.deliver_in(&mut buf, out, task, tag, b);
         let r = if work == Work::Local {
-            core.ep.progress_local_in_place(self.window, deliver).map(doorbell::Woke::Message)
+            core.ep.progress_local_at_most(self.window, room, deliver).map(doorbell::Woke::Message)
         } else {
             core.ep.progress_in_place(self.window, &mut deliver)
         };

@@ -382,8 +382,16 @@ impl Endpoint {
     /// C ABI's callback is called straight from the poll loop.
     #[inline]
     pub fn progress_local_in_place<C: FnMut(u32, u8, SharedBytes<'_>)>(&self, window: u32, cb: C) -> Result<usize> {
+        self.progress_local_at_most(window, usize::MAX, cb)
+    }
+
+    /// `progress_local_in_place`, delivering at most `max` messages (at
+    /// least one; a pass never delivers more than its own bound): a caller
+    /// with room for only so many completions leaves the rest queued.
+    #[inline]
+    pub fn progress_local_at_most<C: FnMut(u32, u8, SharedBytes<'_>)>(&self, window: u32, max: usize, cb: C) -> Result<usize> {
         self.inner.check_window(window)?;
-        Ok(self.inner.poll_queue(window, cb).unwrap_or(0))
+        Ok(self.inner.poll_queue(window, max, cb).unwrap_or(0))
     }
 
     /// Like `progress`, but if nothing is there wait (`mode`, or the
@@ -671,7 +679,7 @@ impl Inner {
         let mut d = Delivered::default();
         let w = &self.windows[window as usize];
         // Another thread is delivering this window: it reports.
-        let Some(shm) = self.poll_queue(window, &mut *cb) else { return d };
+        let Some(shm) = self.poll_queue(window, usize::MAX, &mut *cb) else { return d };
         d.shm = shm;
         self.poll_conns();
         if self.rma.in_flight() {
@@ -733,7 +741,7 @@ impl Inner {
                 return;
             }
             for w in 0..self.windows_opened.load(Ordering::Acquire) {
-                let _ = self.poll_queue(w, |_, _, _: SharedBytes<'_>| {});
+                let _ = self.poll_queue(w, usize::MAX, |_, _, _: SharedBytes<'_>| {});
             }
             let now = self.shm.backlog_bytes();
             nap = if now != left { Duration::from_micros(20) } else { (nap * 2).min(NAP_MAX) };

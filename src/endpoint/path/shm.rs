@@ -523,13 +523,15 @@ impl Inner {
     }
 
     /// The shared-memory part of a progress pass over `window`: deliver
-    /// from its queue (at most QUEUE_BUDGET messages), and wake the senders
-    /// waiting for room.  None if another thread holds the window's receive
-    /// side.  Generic in the callback, which a small message reaches with
-    /// no call between (fbox.rs `poll_window`); what only a new sender or a
-    /// broken structure needs is out of line.
+    /// from its queue (at most `max` messages, at least one, never more
+    /// than QUEUE_BUDGET), and wake the senders waiting for room.  None if
+    /// another thread holds the window's receive side.  Generic in the
+    /// callback, which a small message reaches with no call between
+    /// (fbox.rs `poll_window`); what only a new sender or a broken
+    /// structure needs is out of line.
     #[inline]
-    pub(crate) fn poll_queue<C: FnMut(u32, u8, SharedBytes<'_>)>(&self, window: u32, mut cb: C) -> Option<usize> {
+    pub(crate) fn poll_queue<C: FnMut(u32, u8, SharedBytes<'_>)>(&self, window: u32, max: usize, mut cb: C) -> Option<usize> {
+        let budget = max.clamp(1, QUEUE_BUDGET);
         let w = &self.windows[window as usize];
         let mut rx = w.rx.try_lock()?;
         if rx.queue.is_none() && self.take_up_queue(window, &mut rx).is_err() {
@@ -551,7 +553,7 @@ impl Inner {
             if !*broken {
                 empty_queue_polled(q, &mut broke);
             }
-            let n = boxes.poll(&w.box_watch, QUEUE_BUDGET, &mut cb, &mut broke);
+            let n = boxes.poll(&w.box_watch, budget, &mut cb, &mut broke);
             if !broke.is_empty() {
                 self.after_poll(window, q, broken, known, Vec::new(), broke);
             }
@@ -575,7 +577,7 @@ impl Inner {
         let delivered = poll_window(
             (!*broken).then_some(&mut *q),
             with_boxes.then_some((boxes, &place)),
-            QUEUE_BUDGET,
+            budget,
             on_sender,
             cb,
             &mut broke,
