@@ -309,6 +309,7 @@ impl Cq {
 
     /// A send's successful completion (`ctx`, `flags`): into `sends` if
     /// its lock is free, else into `queue`.
+    #[inline(always)]
     pub fn push_send(&self, ctx: usize, flags: u64) {
         if self.wait_fd.is_none() {
             if let Some(mut q) = self.sends.try_lock() {

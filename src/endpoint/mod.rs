@@ -591,7 +591,7 @@ impl Inner {
 
     /// ring_bell, leaving a skip for the caller to count; `light`: without
     /// the fence, only where `ctl.rings_light()` (bell.rs).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn ring_bell_quiet(&self, ctl: &Control, window: u32, light: bool) -> Rang {
         let word = &ctl.window(window).bell;
         let r = if light { bell::ring_light(&self.parker, word) } else { bell::ring(&self.parker, word) };

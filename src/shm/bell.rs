@@ -144,6 +144,7 @@ pub fn ring_light<P: Parker>(parker: &P, word: &AtomicU32) -> Rang {
 /// membarrier(GLOBAL_EXPEDITED) has returned, and succeeded
 /// (`register_in_background`).
 #[cfg(not(loom))]
+#[inline]
 pub fn asymmetric() -> bool {
     REGISTRATION.get() == Some(&true)
 }

@@ -393,20 +393,24 @@ impl Control {
     }
 
     /// Whether this process may ring the owner's bells with `ring_light`.
+    #[inline]
     pub fn rings_light(&self) -> bool {
         self.header().light_rings.load(Ordering::Relaxed) != 0 && crate::shm::bell::asymmetric()
     }
 
+    #[inline]
     pub fn header(&self) -> &ControlHeader {
         self.fixed(0)
     }
 
     /// Windows open, clamped to MAX_WINDOWS: the count lives in shared
     /// memory that any process of this user can write, and indexes arrays.
+    #[inline]
     pub fn windows_open(&self) -> u32 {
         self.header().windows_open.load(Ordering::Acquire).min(MAX_WINDOWS)
     }
 
+    #[inline]
     pub fn window(&self, w: u32) -> &WindowSlot {
         assert!(w < MAX_WINDOWS);
         self.fixed(HEADER_BYTES + w as usize * std::mem::size_of::<WindowSlot>())

@@ -543,6 +543,7 @@ impl QueueWriter {
     /// Has the consumer read everything this writer put in?  (SYNC POINT
     /// F2, fbox.rs.)  `seen` is the caller's note of an end already found
     /// read, so the common case loads no line the consumer writes.
+    #[inline]
     pub fn all_read(&self, seen: &AtomicU64) -> bool {
         let end = self.last_end.load(Ordering::Relaxed);
         if end == seen.load(Ordering::Relaxed) {
@@ -583,6 +584,7 @@ impl QueueWriter {
     /// noted in `head_cache`; None if no consumer wrote it (past `tail`,
     /// or more than a ring behind it): the header is corrupt, and the
     /// producer's next `write` says so (`bad_head`).  Caller holds the lock.
+    #[cold]
     fn fresh_head(&self, tail: u64) -> Option<u64> {
         let head = self.q.hdr().head.load(Ordering::Acquire);
         if head > tail || tail - head > self.q.cap {
@@ -595,6 +597,7 @@ impl QueueWriter {
 
     /// Bytes that may be written at `tail` now; 16 kept back for the next
     /// header word (record.rs R1).  Caller holds the lock.
+    #[inline(always)]
     fn free(&self, tail: u64, need: u64) -> u64 {
         let room = |head: u64| self.q.cap.saturating_sub(ALIGN + tail.saturating_sub(head));
         let mut head = self.head_cache.load(Ordering::Relaxed);

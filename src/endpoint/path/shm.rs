@@ -159,9 +159,8 @@ impl Inner {
         if let Some(p) = self.peers.get(task).filter(|p| p.local && !p.lost.load(Ordering::Acquire)) {
             if let (Some(ctl), Some(w)) = (p.control.get(), self.direct_writer(p, window)) {
                 if receiver_takes(ctl, window).is_ok() {
-                    let ring = || self.ring_after_direct(ctl, window);
                     if let Some(fb) = self.fast_box(p, ctl, window, w, (a.len() + b.len()) as u64) {
-                        if fb.w.write_small(tag, a, b, ring) {
+                        if fb.w.write_small(tag, a, b, #[inline(always)] || self.ring_after_direct(ctl, window)) {
                             return Ok(());
                         }
                         if fb.w.found_corrupt() {
@@ -169,7 +168,7 @@ impl Inner {
                             return self.send(task, window, tag, &[a, b]);
                         }
                     }
-                    if w.write_small(tag, a, b, ring) {
+                    if w.write_small(tag, a, b, #[inline(always)] || self.ring_after_direct(ctl, window)) {
                         return Ok(());
                     }
                 }
@@ -188,7 +187,8 @@ impl Inner {
             return None;
         }
         match p.fast_box.get() {
-            Some(b) => b.as_ref().filter(|b| b.open_after(queue, len)),
+            Some(Some(b)) if b.open_after(queue, len) => Some(b),
+            Some(_) => None,
             None => {
                 // A plain count: threads that race only ask a little later.
                 let n = p.direct_sends.load(Ordering::Relaxed) + 1;
