@@ -1179,7 +1179,7 @@ fn scatter(iov: &[(usize, usize)], payload: &impl Payload) -> usize {
 
 /// The bytes a receive is filled from: ours, or a message still in shared
 /// memory (copied from there without a Rust reference over them).
-pub trait Payload {
+trait Payload {
     fn len(&self) -> usize;
     /// Copy `n` bytes from offset `at` (within the bytes) to `dst`.
     ///

@@ -167,10 +167,8 @@ impl<R: Clone> Matcher<R> {
     /// search, no shift of the queue); the rest in `arrive_search`.
     #[inline]
     fn arrive_with(&mut self, kind: Kind, src: Source, tag: u64, data: Option<u64>, payload: &[u8], remote: Option<usize>) -> Arrival<R> {
-        let q = &mut self.posted[kind as usize];
-        if q.front().is_some_and(|p| p.multi.is_none() && p.want.matches(kind, src, tag)) {
-            let p = q.pop_front().expect("front seen above");
-            return Arrival { released: None, into: Some(Into::One(p.r)) };
+        if let Some(r) = self.arrive_front(kind, src, tag) {
+            return Arrival { released: None, into: Some(Into::One(r)) };
         }
         self.arrive_search(kind, src, tag, data, payload, remote)
     }

@@ -14,8 +14,9 @@
 use std::marker::PhantomData;
 
 /// A message's bytes, valid for the callback's duration.  Read them with
-/// `copy_to`, `to_vec` or `copy_into`; a copy made while another process
-/// scribbles over them may hold any bytes (never more or fewer).
+/// `copy_to`, `to_vec`, `copy_into`, or a part with `copy_prefix` and
+/// `copy_out`; a copy made while another process scribbles over them may
+/// hold any bytes (never more or fewer).
 #[derive(Clone, Copy)]
 pub struct SharedBytes<'a> {
     ptr: *const u8,
