@@ -597,7 +597,8 @@ impl Ep {
     /// `deliver`, for bytes the core hands over in place.  A message in
     /// shared memory that the first posted receive takes is copied once,
     /// straight into that receive (its header alone copied out first);
-    /// any other is copied into `buf` (the delivering lock's) first.
+    /// any other is copied into `buf` (the delivering lock's) first, an
+    /// eager one matched under the lock and with the header already taken.
     #[inline]
     fn deliver_in(&self, buf: &mut Vec<u8>, out: &mut Sink<'_>, task: u32, tag: u8, b: SharedBytes<'_>) {
         if tag == CORE_TAG && !b.is_private() {
@@ -607,11 +608,13 @@ impl Ep {
                 if h.body == Body::Eager {
                     let src = Source { task, window: h.src_window };
                     let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
+                    let hlen = n - rest.len();
                     if let Some(r) = m.arrive_front(h.kind, src, h.tag) {
                         crate::util::count_one(&self.received);
-                        // Under the lock, as `arrive` completes.
-                        return self.complete_recv(&r, src, &h, b.skip(n - rest.len()), None, out);
+                        // Under the lock, as `arrive_locked` completes.
+                        return self.complete_recv(&r, src, &h, b.skip(hlen), None, out);
                     }
+                    return self.arrive_searched(m, buf, src, h, b.skip(hlen), out);
                 }
             }
         }
@@ -643,6 +646,22 @@ impl Ep {
     #[inline]
     fn arrive(&self, src: Source, h: Header, payload: &[u8], out: &mut Sink<'_>) {
         let mut m = self.matcher.lock().unwrap_or_else(|p| p.into_inner());
+        self.arrive_locked(&mut m, src, h, payload, out);
+    }
+
+    /// `deliver_in`'s eager message that the front receive did not take:
+    /// copied into `buf`, then `arrive_locked` (out of line: the common
+    /// case's frame stays small).
+    #[inline(never)]
+    fn arrive_searched(&self, mut m: MutexGuard<'_, Matcher<Recv>>, buf: &mut Vec<u8>, src: Source, h: Header, payload: SharedBytes<'_>, out: &mut Sink<'_>) {
+        crate::util::count_one(&self.received);
+        payload.copy_into(buf);
+        self.arrive_locked(&mut m, src, h, buf, out);
+    }
+
+    /// `arrive`, under the matcher's lock `m`.
+    #[inline]
+    fn arrive_locked(&self, m: &mut MutexGuard<'_, Matcher<Recv>>, src: Source, h: Header, payload: &[u8], out: &mut Sink<'_>) {
         let a = m.arrive(h.kind, src, h.tag, h.data, payload);
         // Completed under the lock: a multi-receive buffer's release must
         // follow the messages placed in it.
