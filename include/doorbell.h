@@ -705,11 +705,26 @@ int doorbell_progress(struct doorbell_endpoint *ep, uint32_t window, doorbell_re
  certainly would not: a caller that polls may skip the progress call (and
  a send batch around it) then; 2 if what it may find is only messages in
  the window's shared-memory queue and fast boxes (doorbell_progress_local
- takes those alone); 1 if it may find anything (a notify, a peer event,
- queued sends to push, TCP connections to poll, messages).  Plain loads,
- no lock, no syscall.  Errors: INVALID_ARGUMENT (NULL ep), UNKNOWN_WINDOW.
+ takes those alone), or a fast box holds a message and nothing else was
+ looked at (at most 8 answers in a row, so a busy box does not hide the
+ rest from a caller that polls); 1 if it may find anything (a notify, a
+ peer event, queued sends to push, TCP connections to poll, messages).
+ Plain loads, no lock, no syscall.  Errors: INVALID_ARGUMENT (NULL ep),
+ UNKNOWN_WINDOW.
  */
 int doorbell_work_pending(const struct doorbell_endpoint *ep, uint32_t window);
+
+/*
+ doorbell_work_pending and, when it answers 2, doorbell_progress_local,
+ in one call: the empty pass and the short pass of a caller that polls.
+ Returns the number of messages delivered (0 when nothing was there, or
+ when another thread is delivering this window) and sets `*other` to 0;
+ or, when more than shared-memory messages may be there (answer 1),
+ delivers nothing, sets `*other` to 1 and returns 0: make
+ doorbell_progress.  Errors: INVALID_ARGUMENT (NULL ep, cb or other),
+ UNKNOWN_WINDOW.
+ */
+int doorbell_progress_local_only(struct doorbell_endpoint *ep, uint32_t window, doorbell_recv_fn cb, void *ctx, int *other);
 
 /*
  Deliver what `window`'s shared-memory queue and fast boxes hold, and

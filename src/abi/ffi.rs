@@ -742,9 +742,12 @@ pub unsafe extern "C" fn doorbell_progress(
 /// certainly would not: a caller that polls may skip the progress call (and
 /// a send batch around it) then; 2 if what it may find is only messages in
 /// the window's shared-memory queue and fast boxes (doorbell_progress_local
-/// takes those alone); 1 if it may find anything (a notify, a peer event,
-/// queued sends to push, TCP connections to poll, messages).  Plain loads,
-/// no lock, no syscall.  Errors: INVALID_ARGUMENT (NULL ep), UNKNOWN_WINDOW.
+/// takes those alone), or a fast box holds a message and nothing else was
+/// looked at (at most 8 answers in a row, so a busy box does not hide the
+/// rest from a caller that polls); 1 if it may find anything (a notify, a
+/// peer event, queued sends to push, TCP connections to poll, messages).
+/// Plain loads, no lock, no syscall.  Errors: INVALID_ARGUMENT (NULL ep),
+/// UNKNOWN_WINDOW.
 #[no_mangle]
 pub unsafe extern "C" fn doorbell_work_pending(ep: *const doorbell_endpoint, window: u32) -> c_int {
     guard(|| {
@@ -755,6 +758,34 @@ pub unsafe extern "C" fn doorbell_work_pending(ep: *const doorbell_endpoint, win
             crate::endpoint::work_check::Work::Any => 1,
             crate::endpoint::work_check::Work::Local => 2,
         })
+    })
+}
+
+/// doorbell_work_pending and, when it answers 2, doorbell_progress_local,
+/// in one call: the empty pass and the short pass of a caller that polls.
+/// Returns the number of messages delivered (0 when nothing was there, or
+/// when another thread is delivering this window) and sets `*other` to 0;
+/// or, when more than shared-memory messages may be there (answer 1),
+/// delivers nothing, sets `*other` to 1 and returns 0: make
+/// doorbell_progress.  Errors: INVALID_ARGUMENT (NULL ep, cb or other),
+/// UNKNOWN_WINDOW.
+#[no_mangle]
+pub unsafe extern "C" fn doorbell_progress_local_only(
+    ep: *mut doorbell_endpoint,
+    window: u32,
+    cb: doorbell_recv_fn,
+    ctx: *mut c_void,
+    other: *mut c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `ep` is NULL or a live handle (the module's contract).
+        let ep = unsafe { endpoint(ep) }?;
+        cb.ok_or(Error::InvalidArgument)?;
+        // SAFETY: NULL or a writable int (the contract).
+        let other = unsafe { other.as_mut() }.ok_or(Error::InvalidArgument)?;
+        let n = ep.progress_local_only(window, call_back(cb, ctx, window))?;
+        *other = c_int::from(n.is_none());
+        Ok(n.unwrap_or(0).min(c_int::MAX as usize) as c_int)
     })
 }
 

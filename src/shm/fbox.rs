@@ -150,9 +150,18 @@ impl BoxWatch {
     /// before it rings, F1 and R1.)
     #[inline]
     pub fn may_have_data(&self, table: &BoxTable) -> bool {
-        if table.claims.load(Ordering::Acquire) != self.seen.load(Ordering::Relaxed) {
-            return true;
-        }
+        self.claims_moved(table) || self.has_record()
+    }
+
+    /// Was a box claimed that the receiver has not taken up yet?  (F1)
+    #[inline]
+    pub fn claims_moved(&self, table: &BoxTable) -> bool {
+        table.claims.load(Ordering::Acquire) != self.seen.load(Ordering::Relaxed)
+    }
+
+    /// Does a box the receiver took up hold an unread record?  (R1)
+    #[inline]
+    pub fn has_record(&self) -> bool {
         let n = self.active.load(Ordering::Acquire).min(BOXES);
         self.next[..n].iter().any(|p| {
             let p = p.load(Ordering::Acquire);
@@ -334,7 +343,7 @@ impl BoxesRx {
     #[inline]
     pub fn none_claimed(&self, watch: &BoxWatch, table: &BoxTable) -> bool {
         // SYNC POINT F1 (receiver side), as in `refresh`.
-        table.claims.load(Ordering::Acquire) == watch.seen.load(Ordering::Relaxed)
+        !watch.claims_moved(table)
     }
 
     /// Deliver up to `budget` messages from the boxes.
