@@ -5,14 +5,19 @@
  * Pairs (r, r + n/2): after a warm-up exchange (connections up), the lower rank
  * sleeps SLEEP_S seconds and then sends; the higher rank measures its own
  * process CPU (getrusage: all threads, user + system) across the MPI_Recv.
+ * Then the lower rank of each pair sends BIG bytes, which the higher one
+ * receives only after SLEEP_S seconds: the sender, blocked in MPI_Send
+ * until its receiver takes the message (a single-copy protocol: the
+ * receiver reads it from the sender's buffer), measures its CPU too.
  * Then every rank but 0 waits in MPI_Barrier while rank 0 sleeps SLEEP_S.
  * In both waits a watcher thread counts the waiting thread's context
  * switches (/proc/self/task/TID/status) from WATCH_FROM to WATCH_TO seconds
  * into the wait: voluntary ones are its wake-ups from sleep (a sleeping
  * transport), involuntary ones its preemptions (a spinning one).  Rank 0
- * prints "IDLE_CPU max=X% mean=Y% ..." over the receivers and
+ * prints "IDLE_CPU max=X% mean=Y% ..." over the receivers, "IDLE_SEND_CPU
+ * max=Z%" over the senders, and
  * "IDLE_WAKEUPS recv=A/s barrier=B/s ..." (the highest rate of any waiter).
- * With max_percent given, every receiver must stay below it; with
+ * With max_percent given, every receiver and sender must stay below it; with
  * max_wakeups_per_s, every waiter's voluntary switches per second too.  The
  * message and the waits (>= SLEEP_S) are always checked.
  */
@@ -22,6 +27,9 @@
 #include <sys/syscall.h>
 
 #define SLEEP_S 4
+/* Larger than any eager limit (vader's 4 KiB, the provider's one-copy
+ * threshold of 64 KiB): the send waits for its receiver. */
+#define BIG (1 << 20)
 /* The wait's first second is its back-off (sleeps of 1, 2, 4, ... ms):
  * counted from WATCH_FROM on, the figure is the idle rate. */
 #define WATCH_FROM 1.2
@@ -162,6 +170,42 @@ int main(int argc, char **argv)
             CHECK(pct < limit, "rank %d used %.1f%% CPU while blocked in MPI_Recv (limit %.1f%%)",
                   t_rank, pct, limit);
     }
+    /* the lower rank blocked in MPI_Send until its receiver, SLEEP_S late,
+     * takes the message */
+    double send_pct = -1, max_send = -1;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (partner >= 0) {
+        unsigned char *big = malloc(BIG);
+        CHECK(NULL != big, "malloc of %d bytes", BIG);
+        if (!receiver) {
+            t_fill(big, BIG, 0xB16 + (uint64_t)t_rank);
+            double c0 = cpu_seconds(), t0 = t_now();
+            start_watch(&w);
+            MPI_Send(big, BIG, MPI_BYTE, partner, 3, MPI_COMM_WORLD);
+            double waited = t_now() - t0;
+            end_watch(&w, "MPI_Send", wake_limit);
+            send_pct = 100.0 * (cpu_seconds() - c0) / waited;
+            /* a send that returned before the receive was posted buffered
+             * the message: nothing waited, nothing to measure */
+            printf("idle_cpu: rank %d blocked %.3f s in MPI_Send of %d bytes, cpu %.1f%%\n", t_rank,
+                   waited, BIG, send_pct);
+            fflush(stdout);
+            CHECK(waited >= SLEEP_S - 0.2, "MPI_Send of %d bytes returned after %.3f s, before its receive was posted",
+                  BIG, waited);
+            if (limit >= 0)
+                CHECK(send_pct < limit, "rank %d used %.1f%% CPU while blocked in MPI_Send (limit %.1f%%)",
+                      t_rank, send_pct, limit);
+        } else {
+            t_sleep_ms(SLEEP_S * 1000);
+            MPI_Recv(big, BIG, MPI_BYTE, partner, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            CHECK_PATTERN(big, BIG, 0xB16 + (uint64_t)partner, "late-received message");
+        }
+        free(big);
+    }
+    MPI_Reduce(&send_pct, &max_send, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (t_rank == 0)
+        printf("IDLE_SEND_CPU max=%.1f%% limit=%s\n", max_send, limit >= 0 ? argv[1] : "none");
+
     /* every rank but 0 waits in MPI_Barrier while rank 0 sleeps */
     MPI_Barrier(MPI_COMM_WORLD);
     if (t_rank == 0) {

@@ -37,7 +37,28 @@ pub struct Core {
     /// Operations posted on any endpoint: a read's caller that posts is
     /// not idle (wait.rs).
     posts: AtomicU64,
+    /// An empty read that does not sleep yields the CPU (`oversubscribed`).
+    pub yields: bool,
 }
+
+/// Does this node run more ranks of the job (`local_peers` others and
+/// us, as the launcher says) than it has CPUs online?  Then a rank that
+/// spins may hold the CPU the peer it waits for needs, and nothing else
+/// gives it away: Open MPI's `mtl ofi` polls a blocking send's completion
+/// in a loop of its own, which never yields (its opal_progress yields
+/// where mpirun asks, `mpi_yield_when_idle`), and MPICH never yields.  4
+/// ranks on 2 cores: each one-copy message waited out a 4 ms time slice.
+fn oversubscribed(local_peers: Option<u32>) -> bool {
+    // SAFETY: sysconf reads a value; no pointer is involved.
+    more_ranks_than_cpus(local_peers, unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) })
+}
+
+/// `local_peers` others and us against `cpus` (unknown, <= 0: no).
+fn more_ranks_than_cpus(local_peers: Option<u32>, cpus: i64) -> bool {
+    local_peers.is_some_and(|p| cpus > 0 && i64::from(p) + 1 > cpus)
+}
+
+
 
 /// How often the thread count is read (one small /proc read).
 const THREAD_CHECK_NS: u64 = 100_000_000;
@@ -86,13 +107,14 @@ fn create(s: &Settings, l: &Launch) -> Result<Core, i32> {
         cfg.shm_dir = d.clone();
     }
     crate::debug!(
-        "core: task {} job {} ({}) node {} local peers {:?} force_tcp {}",
+        "core: task {} job {} ({}) node {} local peers {:?} force_tcp {} yields {}",
         l.task,
         l.job,
         l.job_source,
         l.node,
         l.local_peers,
-        s.force_tcp
+        s.force_tcp,
+        s.yield_cpu.unwrap_or_else(|| oversubscribed(l.local_peers))
     );
     let ep = match Endpoint::new(cfg.clone()) {
         // No room for this rank's control segment (a container's small
@@ -127,6 +149,7 @@ fn create(s: &Settings, l: &Launch) -> Result<Core, i32> {
         threads_grew: AtomicBool::new(false),
         threads_checked_ns: AtomicU64::new(0),
         posts: AtomicU64::new(0),
+        yields: s.yield_cpu.unwrap_or_else(|| oversubscribed(l.local_peers)),
     })
 }
 
@@ -221,6 +244,16 @@ pub fn split_address(a: &[u8]) -> Option<([u8; BLOB_BYTES], u32)> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_node_is_oversubscribed_only_past_one_rank_per_cpu() {
+        assert!(!super::more_ranks_than_cpus(Some(1), 2), "2 ranks, 2 CPUs");
+        assert!(super::more_ranks_than_cpus(Some(2), 2), "3 ranks, 2 CPUs");
+        assert!(super::more_ranks_than_cpus(Some(3), 2), "4 ranks, 2 CPUs");
+        assert!(!super::more_ranks_than_cpus(Some(127), 128));
+        assert!(!super::more_ranks_than_cpus(None, 2), "the launcher did not say");
+        assert!(!super::more_ranks_than_cpus(Some(8), -1), "sysconf failed");
+    }
+
     #[test]
     fn an_address_fits_fi_name_max_and_carries_its_window() {
         use super::*;

@@ -464,9 +464,18 @@ impl Ep {
         }
     }
 
-    /// Does a tagged receive wait here?  Then the MPI may wait for us.
-    pub fn awaits_tagged(&self) -> bool {
-        self.matcher.lock().unwrap_or_else(|p| p.into_inner()).posted_of(Kind::Tagged) > 0
+    /// Does an operation here wait for a peer: a tagged receive, a
+    /// one-copy send for its receiver's read (an MPI's blocking send of a
+    /// large message polls our queue until then: Open MPI's `mtl ofi`
+    /// without ever yielding the CPU), a one-copy read over TCP?  Then the
+    /// MPI may wait for us.
+    pub fn awaits_peer(&self) -> bool {
+        self.rndv.sends_pending() || self.rndv.reads_pending() || self.matcher.lock().unwrap_or_else(|p| p.into_inner()).posted_of(Kind::Tagged) > 0
+    }
+
+    /// Does a one-copy send wait for its receiver to read it?
+    pub fn send_waits(&self) -> bool {
+        self.rndv.sends_pending()
     }
 
     /// Has more than one thread posted on this endpoint?

@@ -153,6 +153,7 @@ mod tests {
             shm_dir: None,
             rndv_min: 0,
             cma: true,
+            yield_cpu: None,
         }
     }
 

@@ -46,6 +46,9 @@ pub struct Settings {
     pub rndv_min: u64,
     /// Read such messages with process_vm_readv (else over TCP: testing).
     pub cma: bool,
+    /// Whether an empty read that does not sleep yields the CPU (None:
+    /// when the node is oversubscribed, core.rs).
+    pub yield_cpu: Option<bool>,
 }
 
 const STRINGS: &[(&CStr, &CStr)] = &[
@@ -67,6 +70,7 @@ const BOOLS: &[(&CStr, &CStr)] = &[
     (c"force_tcp", c"Send to ranks on this node over TCP too (testing; default: 0)"),
     (c"debug", c"Trace the provider's calls on stderr (default: 0)"),
     (c"cma", c"Read one-copy messages with process_vm_readv; 0 reads them over TCP from the sender's event thread (testing; default: 1)"),
+    (c"yield", c"An empty fi_cq_read that does not sleep gives the CPU away (sched_yield), for a rank whose peer may need that CPU (default: when the launcher says this node runs more ranks of the job than it has CPUs online)"),
 ];
 
 /// Declare the variables (fi_prov_ini).
@@ -128,6 +132,7 @@ pub fn read(prov: *mut fi_provider) -> Settings {
         shm_dir: get_str(prov, c"shm_dir").filter(|s| !s.is_empty()),
         rndv_min: us(c"rndv_min", 65536),
         cma: get_int(prov, c"cma").is_none_or(|v| v != 0),
+        yield_cpu: get_int(prov, c"yield").map(|v| v != 0),
     }
 }
 

@@ -27,7 +27,7 @@ use crate::matching::{Kind, Source};
 use crate::wire::{Header, Rndv};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 /// A send whose bytes a receiver reads: completed by its `Fin`.
 pub struct SendWait {
@@ -64,6 +64,9 @@ pub struct ReadWait {
 #[derive(Default)]
 pub struct Rendezvous {
     sends: Mutex<HashMap<u64, SendWait>>,
+    /// sends.len(), for a look without the lock (wait.rs: a send that
+    /// waits for its receiver is a wait the read may sleep in).
+    sends_pending: AtomicUsize,
     reads: Mutex<HashMap<u64, ReadWait>>,
     /// reads.len(), for a look without the lock on every progress pass.
     reads_pending: AtomicUsize,
@@ -71,30 +74,41 @@ pub struct Rendezvous {
 }
 
 impl Rendezvous {
+    /// The send map, under its lock; its count is stored when the guard
+    /// goes.
+    fn sends(&self) -> SendsGuard<'_> {
+        SendsGuard { map: self.sends.lock().unwrap_or_else(|p| p.into_inner()), pending: &self.sends_pending }
+    }
+
     pub fn send_waits(&self, key: u64, w: SendWait) {
-        self.sends.lock().unwrap_or_else(|p| p.into_inner()).insert(key, w);
+        self.sends().map.insert(key, w);
     }
 
     /// The wait of `key`, if `task` is the receiver it names.
     pub fn send_done(&self, key: u64, task: u32) -> Option<SendWait> {
-        let mut s = self.sends.lock().unwrap_or_else(|p| p.into_inner());
-        if s.get(&key).is_some_and(|w| w.task == task) {
-            return s.remove(&key);
+        let mut s = self.sends();
+        if s.map.get(&key).is_some_and(|w| w.task == task) {
+            return s.map.remove(&key);
         }
         None
     }
 
     /// The sends waiting for `task` (gone: they fail).
     pub fn sends_to(&self, task: u32) -> Vec<(u64, SendWait)> {
-        let mut s = self.sends.lock().unwrap_or_else(|p| p.into_inner());
-        let keys: Vec<u64> = s.iter().filter(|(_, w)| w.task == task).map(|(k, _)| *k).collect();
-        keys.into_iter().filter_map(|k| s.remove(&k).map(|w| (k, w))).collect()
+        let mut s = self.sends();
+        let keys: Vec<u64> = s.map.iter().filter(|(_, w)| w.task == task).map(|(k, _)| *k).collect();
+        keys.into_iter().filter_map(|k| s.map.remove(&k).map(|w| (k, w))).collect()
     }
 
     /// Every waiting send (the endpoint closes): the caller ends each
     /// exposure before it drops the wait, which may own the bytes.
     pub fn all_sends(&self) -> Vec<(u64, SendWait)> {
-        self.sends.lock().unwrap_or_else(|p| p.into_inner()).drain().collect()
+        self.sends().map.drain().collect()
+    }
+
+    /// Does a send wait for its receiver to read it?
+    pub fn sends_pending(&self) -> bool {
+        self.sends_pending.load(Ordering::Acquire) != 0
     }
 
     pub fn cookie(&self) -> u64 {
@@ -126,6 +140,19 @@ impl Rendezvous {
             std::mem::forget(w.buf);
         }
         self.reads_pending.store(0, Ordering::Release);
+    }
+}
+
+/// The locked send map; dropping it stores the map's count in
+/// `sends_pending`.
+struct SendsGuard<'a> {
+    map: MutexGuard<'a, HashMap<u64, SendWait>>,
+    pending: &'a AtomicUsize,
+}
+
+impl Drop for SendsGuard<'_> {
+    fn drop(&mut self) {
+        self.pending.store(self.map.len(), Ordering::Release);
     }
 }
 

@@ -396,8 +396,8 @@ impl Idle {
 /// An empty fi_cq_read (or, `peeking`, a peek that missed): sleep if
 /// the policy says so.  True if it slept (the caller reads again).
 ///
-/// Adaptive sleeps only while a tagged receive (or the peek) waits: the
-/// MPI then waits for a message of ours.  Without one, what it polls for
+/// Adaptive sleeps only while a tagged receive (or the peek), or a
+/// one-copy send or read, waits: the MPI then waits for a peer of ours.  Without one, what it polls for
 /// is its own work (an RMA epoch on a SELF window, a progress hook),
 /// which can take a little CPU between reads, as little as a loop that
 /// only polls: no clock tells the two apart, so it is never slept on.
@@ -438,7 +438,7 @@ pub fn maybe_sleep(cq: &Cq, entered: Option<u64>, peeking: bool) -> bool {
         (d, Duration::from_micros(idle.min_us))
     };
     let eps = cq.eps();
-    if eps.is_empty() || (policy == WaitPolicy::Adaptive && !peeking && !eps.iter().any(|e| e.awaits_tagged())) {
+    if eps.is_empty() || (policy == WaitPolicy::Adaptive && !peeking && !eps.iter().any(|e| e.awaits_peer())) {
         return false;
     }
     // Another thread of the MPI may wait for a lock this read's caller
@@ -510,6 +510,7 @@ mod tests {
             shm_dir: None,
             rndv_min: 0,
             cma: true,
+            yield_cpu: None,
         };
         Idle::new(&s)
     }
