@@ -552,15 +552,16 @@ impl Cq {
         n
     }
 
-    /// A read found nothing and does not sleep: on an oversubscribed node
-    /// (core.rs `oversubscribed`) the CPU goes to whoever else can run,
-    /// unless the MPI yields in its own loop around this read, and no
-    /// one-copy send of ours waits (Open MPI's blocking send polls for that
-    /// one in a loop that never yields).  Yielding twice per loop cost
-    /// Open MPI's small messages 3x at 4 ranks on 2 cores.
+    /// A read found nothing and does not sleep: while a one-copy send of
+    /// ours waits for its receiver's read, on an oversubscribed node
+    /// (core.rs `oversubscribed`), the CPU goes to whoever else can run:
+    /// maybe that receiver.  Not on every empty read: Open MPI's
+    /// opal_progress yields by itself (twice per loop cost its small
+    /// messages 3x at 4 ranks on 2 cores), and MPICH's small messages
+    /// read 10-20% slower so.
     #[inline]
     fn give_way(&self) {
-        if self.domain.core.yields && (!crate::mpi_threads::mpi_yields_itself() || self.send_waits()) {
+        if self.domain.core.yields && self.send_waits() {
             // SAFETY: sched_yield takes no argument and cannot fail.
             unsafe { libc::sched_yield() };
         }

@@ -122,13 +122,6 @@ pub fn others_may_wait() -> bool {
     }
 }
 
-/// Does the MPI above us give the CPU away in its own progress loop when
-/// its node is oversubscribed?  Open MPI's opal_progress does (where
-/// mpirun asks, `mpi_yield_when_idle`); MPICH's and Intel MPI's do not.
-pub fn mpi_yields_itself() -> bool {
-    mpi().ompi_state.is_some()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

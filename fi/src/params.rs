@@ -70,7 +70,7 @@ const BOOLS: &[(&CStr, &CStr)] = &[
     (c"force_tcp", c"Send to ranks on this node over TCP too (testing; default: 0)"),
     (c"debug", c"Trace the provider's calls on stderr (default: 0)"),
     (c"cma", c"Read one-copy messages with process_vm_readv; 0 reads them over TCP from the sender's event thread (testing; default: 1)"),
-    (c"yield", c"An empty fi_cq_read that does not sleep gives the CPU away (sched_yield), for a rank whose peer may need that CPU (default: when the launcher says this node runs more ranks of the job than it has CPUs online)"),
+    (c"yield", c"While a one-copy send waits for its receiver, an empty fi_cq_read that does not sleep gives the CPU away (sched_yield): the receiver may need it (default: when the launcher says this node runs more ranks of the job than it has CPUs online)"),
 ];
 
 /// Declare the variables (fi_prov_ini).
