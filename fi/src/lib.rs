@@ -22,6 +22,7 @@ pub mod cq;
 pub mod domain;
 pub mod ep;
 pub mod fabric;
+pub mod kept_bytes;
 pub mod launch;
 pub mod matching;
 pub mod mpi_threads;

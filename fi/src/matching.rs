@@ -9,6 +9,7 @@
 //! caller copies into.  A multi-receive buffer is bookkept here (offsets,
 //! release) so that it can be tested without memory.
 
+use crate::kept_bytes::KeptBytes;
 use std::collections::VecDeque;
 
 /// Where a message came from: a core task and its endpoint's window.
@@ -64,7 +65,7 @@ pub struct Unexpected {
     pub src: Source,
     pub tag: u64,
     pub data: Option<u64>,
-    pub payload: Vec<u8>,
+    pub payload: KeptBytes,
     /// Some(len): `payload` names a message of `len` bytes that is still in
     /// its sender's memory (wire.rs `Rndv`).
     pub remote: Option<usize>,
@@ -104,9 +105,64 @@ pub struct Arrival<R> {
 /// What a newly posted receive took from the unexpected queue.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Posting<R> {
-    pub placed: Vec<(Into<R>, Unexpected)>,
+    pub placed: Placements<(Into<R>, Unexpected)>,
     /// A multi-receive buffer released with no message.
     pub released: Option<R>,
+}
+
+/// The messages a post took, in order: the first in place (a single
+/// receive takes at most one, and a vector's heap block for it was ~180
+/// instructions of every receive posted after its message came), any
+/// more (a multi-receive buffer) in a vector.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Placements<T> {
+    first: Option<T>,
+    rest: Vec<T>,
+}
+
+impl<T> Placements<T> {
+    fn new() -> Placements<T> {
+        Placements { first: None, rest: Vec::new() }
+    }
+
+    fn push(&mut self, t: T) {
+        match self.first {
+            None => self.first = Some(t),
+            Some(_) => self.rest.push(t),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    pub fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.first.iter().chain(self.rest.iter())
+    }
+}
+
+impl<T> IntoIterator for Placements<T> {
+    type Item = T;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<T>, std::vec::IntoIter<T>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.rest)
+    }
+}
+
+impl<T> std::ops::Index<usize> for Placements<T> {
+    type Output = T;
+
+    fn index(&self, i: usize) -> &T {
+        match i {
+            0 => self.first.as_ref().expect("index 0 of no placement"),
+            _ => &self.rest[i - 1],
+        }
+    }
 }
 
 /// What a peek found: a copy of the message's description.
@@ -179,7 +235,7 @@ impl<R: Clone> Matcher<R> {
         let mut released = None;
         let q = &mut self.posted[kind as usize];
         let Some(i) = q.iter().position(|p| p.want.matches(kind, src, tag)) else {
-            self.unexpected[kind as usize].push_back(Unexpected { src, tag, data, payload: payload.to_vec(), remote });
+            self.unexpected[kind as usize].push_back(Unexpected { src, tag, data, payload: KeptBytes::copy_of(payload), remote });
             return Arrival { released, into: None };
         };
         if q[i].multi.is_none() {
@@ -211,7 +267,7 @@ impl<R: Clone> Matcher<R> {
                                 src,
                                 tag,
                                 data,
-                                payload: payload.to_vec(),
+                                payload: KeptBytes::copy_of(payload),
                                 remote,
                             });
                             return Arrival { released, into: None };
@@ -247,7 +303,7 @@ impl<R: Clone> Matcher<R> {
     /// Post a receive: it takes the first matching unexpected message (a
     /// multi-receive buffer takes as many as fit), else it waits in order.
     pub fn post(&mut self, kind: Kind, p: Posted<R>) -> Posting<R> {
-        let mut out = Posting { placed: Vec::new(), released: None };
+        let mut out = Posting { placed: Placements::new(), released: None };
         let want = p.want;
         let uq = &mut self.unexpected[kind as usize];
         if p.multi.is_none() {
@@ -489,7 +545,7 @@ mod tests {
         // A receive posted now cannot take the claimed message.
         m.post(Kind::Tagged, one(5, want(Some(A), 1, 0)));
         assert_eq!(m.take_claimed(76), None);
-        assert_eq!(m.take_claimed(77).unwrap().payload, b"abc");
+        assert_eq!(m.take_claimed(77).unwrap().payload.as_slice(), b"abc");
         assert_eq!(m.take_claimed(77), None);
         assert_eq!(m.discard(Kind::Tagged, want(None, 2, 0)).unwrap().len(), 2);
         assert_eq!(m.unexpected_len(), 0);
@@ -584,5 +640,17 @@ mod tests {
         assert_eq!(*offs[2].0, Into::Multi { r: 1, offset: 20, last: true });
         assert_eq!(offs.iter().map(|o| o.1).collect::<Vec<_>>(), vec![0, 1, 2]);
         assert_eq!(m.unexpected_len(), 2);
+    }
+
+    #[test]
+    fn placements_keep_their_order_in_place_and_beyond() {
+        let mut p = Placements::new();
+        assert!(p.is_empty() && p.len() == 0);
+        for i in 1..=4 {
+            p.push(i);
+        }
+        assert_eq!((p.len(), p[0], p[3]), (4, 1, 4));
+        assert_eq!(p.iter().copied().collect::<Vec<_>>(), [1, 2, 3, 4]);
+        assert_eq!(p.into_iter().collect::<Vec<_>>(), [1, 2, 3, 4]);
     }
 }
