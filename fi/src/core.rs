@@ -37,7 +37,8 @@ pub struct Core {
     /// Operations posted on any endpoint: a read's caller that posts is
     /// not idle (wait.rs).
     posts: AtomicU64,
-    /// An empty read that does not sleep yields the CPU (`oversubscribed`).
+    /// While a one-copy send waits, an empty read that does not sleep
+    /// yields the CPU (cq.rs `give_way`; by default where `oversubscribed`).
     pub yields: bool,
 }
 
@@ -57,8 +58,6 @@ fn oversubscribed(local_peers: Option<u32>) -> bool {
 fn more_ranks_than_cpus(local_peers: Option<u32>, cpus: i64) -> bool {
     local_peers.is_some_and(|p| cpus > 0 && i64::from(p) + 1 > cpus)
 }
-
-
 
 /// How often the thread count is read (one small /proc read).
 const THREAD_CHECK_NS: u64 = 100_000_000;
@@ -106,6 +105,7 @@ fn create(s: &Settings, l: &Launch) -> Result<Core, i32> {
     if let Some(d) = &s.shm_dir {
         cfg.shm_dir = d.clone();
     }
+    let yields = s.yield_cpu.unwrap_or_else(|| oversubscribed(l.local_peers));
     crate::debug!(
         "core: task {} job {} ({}) node {} local peers {:?} force_tcp {} yields {}",
         l.task,
@@ -114,7 +114,7 @@ fn create(s: &Settings, l: &Launch) -> Result<Core, i32> {
         l.node,
         l.local_peers,
         s.force_tcp,
-        s.yield_cpu.unwrap_or_else(|| oversubscribed(l.local_peers))
+        yields
     );
     let ep = match Endpoint::new(cfg.clone()) {
         // No room for this rank's control segment (a container's small
@@ -149,7 +149,7 @@ fn create(s: &Settings, l: &Launch) -> Result<Core, i32> {
         threads_grew: AtomicBool::new(false),
         threads_checked_ns: AtomicU64::new(0),
         posts: AtomicU64::new(0),
-        yields: s.yield_cpu.unwrap_or_else(|| oversubscribed(l.local_peers)),
+        yields,
     })
 }
 
