@@ -487,9 +487,6 @@ static void bad_tasks_windows_lengths(doorbell_endpoint *ep) {
   dbt_check_rc(doorbell_work_pending(ep, 5), DOORBELL_ERR_UNKNOWN_WINDOW, "work_pending(window 5)");
   dbt_check_rc(doorbell_work_pending(ep, UINT32_MAX), DOORBELL_ERR_UNKNOWN_WINDOW, "work_pending(window UINT32_MAX)");
   dbt_check_rc(doorbell_progress_local(ep, 5, to_inbox, &junk), DOORBELL_ERR_UNKNOWN_WINDOW, "progress_local(window 5)");
-  int other = 7;
-  dbt_check_rc(doorbell_progress_local_only(ep, 5, to_inbox, &junk, &other), DOORBELL_ERR_UNKNOWN_WINDOW,
-               "progress_local_only(window 5)");
 
   /* Lengths (max_message is 64 KiB here). */
   dbt_check_rc(doorbell_send(ep, 0, 0, 0, buf, MAXMSG + 1), DOORBELL_ERR_BAD_LENGTH, "send max_message + 1 bytes to self");
@@ -521,13 +518,6 @@ static void bad_tasks_windows_lengths(doorbell_endpoint *ep) {
   dbt_check_rc(doorbell_work_pending(NULL, 0), DOORBELL_ERR_INVALID_ARGUMENT, "work_pending(NULL endpoint)");
   dbt_check_rc(doorbell_progress_local(NULL, 0, to_inbox, &junk), DOORBELL_ERR_INVALID_ARGUMENT, "progress_local(NULL endpoint)");
   dbt_check_rc(doorbell_progress_local(ep, 0, NULL, &junk), DOORBELL_ERR_INVALID_ARGUMENT, "progress_local(NULL callback)");
-  dbt_check_rc(doorbell_progress_local_only(NULL, 0, to_inbox, &junk, &other), DOORBELL_ERR_INVALID_ARGUMENT,
-               "progress_local_only(NULL endpoint)");
-  dbt_check_rc(doorbell_progress_local_only(ep, 0, NULL, &junk, &other), DOORBELL_ERR_INVALID_ARGUMENT,
-               "progress_local_only(NULL callback)");
-  dbt_check_rc(doorbell_progress_local_only(ep, 0, to_inbox, &junk, NULL), DOORBELL_ERR_INVALID_ARGUMENT,
-               "progress_local_only(NULL other)");
-  dbt_check_rc(other, 7, "progress_local_only wrote *other on an error");
   dbt_check_rc(doorbell_wait(ep, 0, 9, 1000, to_inbox, &junk, &wake), DOORBELL_ERR_INVALID_ARGUMENT, "wait with mode 9");
   dbt_check_rc(doorbell_counters_get(ep, NULL), DOORBELL_ERR_INVALID_ARGUMENT, "counters_get(NULL out)");
   doorbell_counters cc;

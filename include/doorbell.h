@@ -715,18 +715,6 @@ int doorbell_progress(struct doorbell_endpoint *ep, uint32_t window, doorbell_re
 int doorbell_work_pending(const struct doorbell_endpoint *ep, uint32_t window);
 
 /*
- doorbell_work_pending and, when it answers 2, doorbell_progress_local,
- in one call: the empty pass and the short pass of a caller that polls.
- Returns the number of messages delivered (0 when nothing was there, or
- when another thread is delivering this window) and sets `*other` to 0;
- or, when more than shared-memory messages may be there (answer 1),
- delivers nothing, sets `*other` to 1 and returns 0: make
- doorbell_progress.  Errors: INVALID_ARGUMENT (NULL ep, cb or other),
- UNKNOWN_WINDOW.
- */
-int doorbell_progress_local_only(struct doorbell_endpoint *ep, uint32_t window, doorbell_recv_fn cb, void *ctx, int *other);
-
-/*
  Deliver what `window`'s shared-memory queue and fast boxes hold, and
  nothing else (no TCP, no queued sends, no peer events or notifies): the
  short pass for a caller that doorbell_work_pending answered 2.  Returns

@@ -183,28 +183,3 @@ fn local_messages_alone_get_the_short_pass() {
     }
     assert_eq!(rx.progress_local(7, &mut |_, _, _| {}), Err(Error::UnknownWindow));
 }
-
-/// `progress_local_only` (C: `doorbell_progress_local_only`): the look and
-/// the short pass in one call.  Some(0) when nothing is there, the short
-/// pass's count when only shared-memory messages are, and None, with
-/// nothing delivered, when anything else may be: the caller's full pass
-/// then finds it.
-#[test]
-fn the_look_and_the_short_pass_in_one_call() {
-    let j = job();
-    let (rx, tx) = (ep(&j, 0, 1, None), ep(&j, 1, 1, None));
-    connect_all(&[&rx, &tx]);
-    let mut got = vec![];
-    assert_eq!(rx.progress_local_only(0, |_, _, _| panic!("nothing was sent")), Ok(Some(0)));
-    for i in 0..40u8 {
-        tx.send_small(0, 0, 1, &[i], b"").unwrap();
-        assert_eq!(rx.progress_local_only(0, |t, _, d| got.push((t, d.to_vec()))), Ok(Some(1)), "message {i}");
-    }
-    assert_eq!(got, (0..40u8).map(|i| (1, vec![i])).collect::<Vec<_>>(), "all, in order");
-    assert!(tx.counters().shm_box_sent > 0, "{:?}", tx.counters());
-    tx.local_notify(0, 0).unwrap();
-    assert_eq!(rx.progress_local_only(0, |_, _, _| panic!("nothing was sent")), Ok(None), "a notify");
-    assert_eq!(rx.progress(0, &mut |_, _, _| {}), Ok(Woke::Notify));
-    assert_eq!(rx.progress_local_only(0, |_, _, _| panic!("nothing was sent")), Ok(Some(0)));
-    assert_eq!(rx.progress_local_only(7, |_, _, _| {}), Err(Error::UnknownWindow));
-}

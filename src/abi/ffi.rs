@@ -761,34 +761,6 @@ pub unsafe extern "C" fn doorbell_work_pending(ep: *const doorbell_endpoint, win
     })
 }
 
-/// doorbell_work_pending and, when it answers 2, doorbell_progress_local,
-/// in one call: the empty pass and the short pass of a caller that polls.
-/// Returns the number of messages delivered (0 when nothing was there, or
-/// when another thread is delivering this window) and sets `*other` to 0;
-/// or, when more than shared-memory messages may be there (answer 1),
-/// delivers nothing, sets `*other` to 1 and returns 0: make
-/// doorbell_progress.  Errors: INVALID_ARGUMENT (NULL ep, cb or other),
-/// UNKNOWN_WINDOW.
-#[no_mangle]
-pub unsafe extern "C" fn doorbell_progress_local_only(
-    ep: *mut doorbell_endpoint,
-    window: u32,
-    cb: doorbell_recv_fn,
-    ctx: *mut c_void,
-    other: *mut c_int,
-) -> c_int {
-    guard(|| {
-        // SAFETY: `ep` is NULL or a live handle (the module's contract).
-        let ep = unsafe { endpoint(ep) }?;
-        cb.ok_or(Error::InvalidArgument)?;
-        // SAFETY: NULL or a writable int (the contract).
-        let other = unsafe { other.as_mut() }.ok_or(Error::InvalidArgument)?;
-        let n = ep.progress_local_only(window, call_back(cb, ctx, window))?;
-        *other = c_int::from(n.is_none());
-        Ok(n.unwrap_or(0).min(c_int::MAX as usize) as c_int)
-    })
-}
-
 /// Deliver what `window`'s shared-memory queue and fast boxes hold, and
 /// nothing else (no TCP, no queued sends, no peer events or notifies): the
 /// short pass for a caller that doorbell_work_pending answered 2.  Returns

@@ -388,20 +388,6 @@ impl Endpoint {
         self.progress_local_at_most(window, usize::MAX, cb)
     }
 
-    /// The look (`work_kind`) and, if it finds no more than shared-memory
-    /// messages, the pass that delivers them (`progress_local_in_place`),
-    /// in one call: the number delivered (0 if nothing was there), or None
-    /// if anything else may be there (the caller makes a full pass).
-    #[inline]
-    pub fn progress_local_only<C: FnMut(u32, u8, SharedBytes<'_>)>(&self, window: u32, cb: C) -> Result<Option<usize>> {
-        self.inner.check_window(window)?;
-        Ok(match self.inner.work_kind(window) {
-            work_check::Work::None => Some(0),
-            work_check::Work::Local => Some(self.inner.poll_queue(window, usize::MAX, cb).unwrap_or(0)),
-            work_check::Work::Any => None,
-        })
-    }
-
     /// `progress_local_in_place`, delivering at most `max` messages (at
     /// least one; a pass never delivers more than its own bound): a caller
     /// with room for only so many completions leaves the rest queued.

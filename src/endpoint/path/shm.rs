@@ -529,7 +529,7 @@ impl Inner {
     /// callback, which a small message reaches with no call between
     /// (fbox.rs `poll_window`); what only a new sender or a broken
     /// structure needs is out of line.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn poll_queue<C: FnMut(u32, u8, SharedBytes<'_>)>(&self, window: u32, max: usize, mut cb: C) -> Option<usize> {
         let budget = max.clamp(1, QUEUE_BUDGET);
         let w = &self.windows[window as usize];
