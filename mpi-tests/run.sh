@@ -26,7 +26,7 @@
 #   NP_WIDE         ranks of the wide all-to-all (alltoall_wide) (64)
 #   RUN_TIMEOUT     seconds for one mpirun                   (240)
 #   TESTS           names to run, default all: pingpong anysource probe
-#                   alltoall_nb ssend_vector collectives threads idle_cpu idle_point
+#                   alltoall_nb ssend_vector late_recv collectives threads idle_cpu idle_point
 #                   rma_win (doorbell only: MPI_Win_create windows with Open
 #                   MPI's default osc, i.e. osc rdma over doorbell's put, get
 #                   and atomics; no osc flag)
@@ -70,13 +70,13 @@ NP_WIDE=${NP_WIDE:-64}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 SHM_GLOB=${SHM_GLOB:-/dev/shm/doorbell*}
 SHM_STRICT=${SHM_STRICT:-0}
-TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point rma_win alltoall_wide rust netpipe mpi4py stranger kill_ranks corrupt_header tcp_protocols}
+TESTS=${TESTS:-pingpong anysource probe alltoall_nb ssend_vector late_recv collectives threads idle_cpu idle_point rma_win alltoall_wide rust netpipe mpi4py stranger kill_ranks corrupt_header tcp_protocols}
 OUT=${OUT:-$ROOT/target/mpi-tests}
 BIN=$OUT/bin
 LOGS=$OUT/logs
 RUST_TARGET=$ROOT/target/mpi-tests-rust
 PY=/usr/bin/python3 # Debian's python3-mpi4py lives there, not in a pyenv/venv python
-C_PROGRAMS=(pingpong anysource probe alltoall_nb ssend_vector collectives threads idle_cpu idle_point rma_win)
+C_PROGRAMS=(pingpong anysource probe alltoall_nb ssend_vector late_recv collectives threads idle_cpu idle_point rma_win)
 
 PASSED=0
 FAILED=0

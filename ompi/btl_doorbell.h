@@ -161,6 +161,14 @@ typedef struct mca_btl_doorbell_module_t {
     uint64_t shm_atomics;             /* atomics sent to a same-node target */
     uint64_t atomics_served;          /* atomics run here for a same-node initiator */
     volatile int32_t nreads;          /* TCP reads and RMA ops not yet ended (polled in progress) */
+
+    /* large same-node gets asked for outside a pass, read by the next pass
+     * (btl_doorbell_get.c) */
+    opal_mutex_t deferred_lock;
+    struct mca_btl_doorbell_deferred_get_t *deferred_head;
+    struct mca_btl_doorbell_deferred_get_t **deferred_tail;
+    volatile int32_t ndeferred;
+    volatile int32_t in_pass;         /* a pass of ours runs callbacks: gets go at once */
 } mca_btl_doorbell_module_t;
 
 extern mca_btl_doorbell_module_t mca_btl_doorbell_module;      /* shm, and the shared state */
@@ -287,6 +295,9 @@ int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_
                          struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
                          int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
                          void *cbcontext, void *cbdata);
+/* Read the gets deferred since the last pass and run their callbacks;
+ * the number read.  From a pass, with progress_busy held. */
+int mca_btl_doorbell_deferred_gets_run(mca_btl_doorbell_module_t *module);
 /* process_vm_readv/writev of a same-node peer; OPAL_SUCCESS or OPAL_ERROR */
 int mca_btl_doorbell_cma(pid_t pid, void *local, uint64_t remote, size_t size, bool write);
 
@@ -294,6 +305,10 @@ int mca_btl_doorbell_cma(pid_t pid, void *local, uint64_t remote, size_t size, b
 
 /* The core's largest RMA op over TCP (path/rma.rs RMA_MAX). */
 #define MCA_BTL_DOORBELL_RMA_MAX (512 * 1024)
+/* A same-node get of at least this many bytes asked for outside a pass
+ * waits for the next pass (btl_doorbell_get.c says why); a smaller one
+ * costs less than the queueing. */
+#define MCA_BTL_DOORBELL_DEFER_GET_MIN (64 * 1024)
 /* The BTL-private tag of same-node atomics and their answers. */
 #define MCA_BTL_DOORBELL_TAG_ATOMIC (MCA_BTL_TAG_BTL + 12)
 

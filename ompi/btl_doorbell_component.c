@@ -1219,6 +1219,10 @@ static __attribute__((noinline)) int full_pass(mca_btl_doorbell_module_t *module
     if (batch) {
         (void) doorbell_batch_begin();
     }
+    module->in_pass = 1;
+    if (module->ndeferred) {
+        count += mca_btl_doorbell_deferred_gets_run(module);
+    }
     if (module->ncompleted) {
         count += mca_btl_doorbell_drain_completed(module);
     }
@@ -1237,6 +1241,7 @@ static __attribute__((noinline)) int full_pass(mca_btl_doorbell_module_t *module
             if (batch) {
                 (void) doorbell_batch_end();
             }
+            module->in_pass = 0;
             module->progress_busy = 0;
             return count;
         }
@@ -1254,6 +1259,7 @@ static __attribute__((noinline)) int full_pass(mca_btl_doorbell_module_t *module
     if (module->ncompleted) {
         count += mca_btl_doorbell_drain_completed(module);
     }
+    module->in_pass = 0;
     if (batch) {
         (void) doorbell_batch_end();
     }
@@ -1268,8 +1274,10 @@ static __attribute__((noinline)) int full_pass(mca_btl_doorbell_module_t *module
 static __attribute__((noinline)) int local_pass(mca_btl_doorbell_module_t *module)
 {
     mca_btl_doorbell_idle_teach(module);
+    module->in_pass = 1;
     int count = doorbell_progress_local(module->core, MCA_BTL_DOORBELL_WINDOW,
                                         mca_btl_doorbell_recv_cb, module);
+    module->in_pass = 0;
 
     if (OPAL_UNLIKELY(count < 0)) {
         doorbell_wake wake = {0, 0};
@@ -1300,7 +1308,8 @@ static int doorbell_component_progress(void)
     /* Most passes find nothing, and with more ranks than cores every
      * rank's empty pass delays the others' turns.  One question to the core
      * (plain loads, no lock) before the send batch and the full pass. */
-    if (0 == module->ncompleted && 0 == module->npending && 0 == module->nreads) {
+    if (0 == module->ncompleted && 0 == module->npending && 0 == module->nreads &&
+        0 == module->ndeferred) {
         int work = doorbell_work_pending(module->core, MCA_BTL_DOORBELL_WINDOW);
         if (0 == work) {
             /* A send since the last pass is activity (end_pass), but needs

@@ -274,6 +274,25 @@ bool mca_btl_doorbell_cma_probe(pid_t pid, uint64_t probe_address)
            word == mca_btl_doorbell_cma_probe_word;
 }
 
+/* A same-node get by process_vm_readv; OPAL_SUCCESS or OPAL_ERROR (said). */
+static int cma_get(mca_btl_doorbell_module_t *main, struct mca_btl_base_endpoint_t *endpoint,
+                   void *local_address, uint64_t remote_address, size_t size)
+{
+    if (OPAL_UNLIKELY(OPAL_SUCCESS != mca_btl_doorbell_cma(endpoint->pid, local_address, remote_address, size, false))) {
+        opal_output(0, "btl doorbell: reading %zu bytes from task %u (pid %d) failed: %s",
+                    size, endpoint->task, (int) endpoint->pid, strerror(errno));
+        return OPAL_ERROR;
+    }
+    main->single_copy_reads++;
+    return OPAL_SUCCESS;
+}
+
+static bool defer_get(mca_btl_doorbell_module_t *main, struct mca_btl_base_module_t *btl,
+                      struct mca_btl_base_endpoint_t *endpoint, void *local_address,
+                      uint64_t remote_address,
+                      struct mca_btl_base_registration_handle_t *local_handle, size_t size,
+                      mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata);
+
 int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
                          void *local_address, uint64_t remote_address,
                          struct mca_btl_base_registration_handle_t *local_handle,
@@ -281,6 +300,8 @@ int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_
                          int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
                          void *cbcontext, void *cbdata)
 {
+    mca_btl_doorbell_module_t *main;
+
     (void) flags;
     (void) order;
 
@@ -301,13 +322,93 @@ int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_
     if (OPAL_UNLIKELY(!endpoint->cma)) {
         return OPAL_ERR_NOT_AVAILABLE;
     }
-    if (OPAL_UNLIKELY(OPAL_SUCCESS != mca_btl_doorbell_cma(endpoint->pid, local_address, remote_address, size, false))) {
-        opal_output(0, "btl doorbell: reading %zu bytes from task %u (pid %d) failed: %s",
-                    size, endpoint->task, (int) endpoint->pid, strerror(errno));
+    main = ((mca_btl_doorbell_module_t *) btl)->main;
+    if (size >= MCA_BTL_DOORBELL_DEFER_GET_MIN && !main->in_pass &&
+        defer_get(main, btl, endpoint, local_address, remote_address, local_handle, size, cbfunc,
+                  cbcontext, cbdata)) {
+        return OPAL_SUCCESS;
+    }
+    if (OPAL_UNLIKELY(OPAL_SUCCESS != cma_get(main, endpoint, local_address, remote_address, size))) {
         return OPAL_ERROR;
     }
-    ((mca_btl_doorbell_module_t *) btl)->main->single_copy_reads++;
     /* the data is in place: complete now, as vader's CMA get does */
     cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
     return OPAL_SUCCESS;
+}
+
+/* ---- gets deferred to the next pass ----
+ *
+ * ob1 matches a message that came before its receive inside MPI_Irecv, and
+ * starts an RGET's read there.  Read at once, a window of osu_bibw (each
+ * rank posts 64 receives of 1 MiB, then 64 sends, then waits) went wrong
+ * whenever one rank came to the window late: the peer's 64 RGET headers
+ * were already there, and the late rank read up to 16 MiB inside its
+ * MPI_Irecv calls before it posted its own sends, while the peer, with
+ * nothing to read, waited; the two ranks read one after the other instead
+ * of at once.  A rank that slept through the end of the previous window
+ * comes late that way.  So a large get asked for outside a pass of ours is
+ * queued, and the next pass (in the MPI_Wait that follows, or any other
+ * progress) reads it.  Inside a pass the read stays immediate: the rank
+ * is already waiting, and the next pass would only come later. */
+typedef struct mca_btl_doorbell_deferred_get_t {
+    struct mca_btl_doorbell_deferred_get_t *next;
+    struct mca_btl_base_module_t *btl;
+    struct mca_btl_base_endpoint_t *endpoint;
+    void *local_address;
+    uint64_t remote_address;
+    size_t size;
+    struct mca_btl_base_registration_handle_t *local_handle;
+    mca_btl_base_rdma_completion_fn_t cbfunc;
+    void *cbcontext;
+    void *cbdata;
+} mca_btl_doorbell_deferred_get_t;
+
+static bool defer_get(mca_btl_doorbell_module_t *main, struct mca_btl_base_module_t *btl,
+                      struct mca_btl_base_endpoint_t *endpoint, void *local_address,
+                      uint64_t remote_address,
+                      struct mca_btl_base_registration_handle_t *local_handle, size_t size,
+                      mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata)
+{
+    mca_btl_doorbell_deferred_get_t *g = malloc(sizeof(*g));
+
+    if (OPAL_UNLIKELY(NULL == g)) {
+        return false; /* read it now */
+    }
+    *g = (mca_btl_doorbell_deferred_get_t){.btl = btl, .endpoint = endpoint,
+                                           .local_address = local_address,
+                                           .remote_address = remote_address, .size = size,
+                                           .local_handle = local_handle, .cbfunc = cbfunc,
+                                           .cbcontext = cbcontext, .cbdata = cbdata};
+    OPAL_THREAD_LOCK(&main->deferred_lock);
+    *main->deferred_tail = g;
+    main->deferred_tail = &g->next;
+    OPAL_THREAD_UNLOCK(&main->deferred_lock);
+    /* after the queue: a pass that sees the count finds the get */
+    OPAL_THREAD_ADD_FETCH32(&main->ndeferred, 1);
+    return true;
+}
+
+int mca_btl_doorbell_deferred_gets_run(mca_btl_doorbell_module_t *module)
+{
+    mca_btl_doorbell_deferred_get_t *g;
+    int n = 0;
+
+    OPAL_THREAD_LOCK(&module->deferred_lock);
+    g = module->deferred_head;
+    module->deferred_head = NULL;
+    module->deferred_tail = &module->deferred_head;
+    OPAL_THREAD_UNLOCK(&module->deferred_lock);
+
+    while (NULL != g) {
+        mca_btl_doorbell_deferred_get_t *next = g->next;
+        int rc = cma_get(module, g->endpoint, g->local_address, g->remote_address, g->size);
+
+        OPAL_THREAD_ADD_FETCH32(&module->ndeferred, -1);
+        g->cbfunc(g->btl, g->endpoint, g->local_address, g->local_handle, g->cbcontext, g->cbdata,
+                  rc);
+        free(g);
+        g = next;
+        ++n;
+    }
+    return n;
 }

@@ -118,6 +118,11 @@ int mca_btl_doorbell_module_init(mca_btl_doorbell_module_t *module, doorbell_end
     OBJ_CONSTRUCT(&module->completed, opal_list_t);
     OBJ_CONSTRUCT(&module->pending_lock, opal_mutex_t);
     OBJ_CONSTRUCT(&module->pending_endpoints, opal_list_t);
+    OBJ_CONSTRUCT(&module->deferred_lock, opal_mutex_t);
+    module->deferred_head = NULL;
+    module->deferred_tail = &module->deferred_head;
+    module->ndeferred = 0;
+    module->in_pass = 0;
     module->peers = NULL;
     module->npeers_alloc = 0;
     module->ncompleted = 0;
@@ -529,6 +534,7 @@ static void report_counters(mca_btl_doorbell_module_t *module)
 /* The state every module has of its own (init_frag_list and module_init). */
 static void destruct_module_lists(mca_btl_doorbell_module_t *module)
 {
+    OBJ_DESTRUCT(&module->deferred_lock);
     OBJ_DESTRUCT(&module->pending_endpoints);
     OBJ_DESTRUCT(&module->pending_lock);
     OBJ_DESTRUCT(&module->completed);
@@ -558,6 +564,7 @@ int mca_btl_doorbell_finalize(struct mca_btl_base_module_t *btl)
             drain_endpoint(module, module->peers[t], 5000000000ull, false);
         }
     }
+    (void) mca_btl_doorbell_deferred_gets_run(module);
     (void) mca_btl_doorbell_drain_completed(module);
 
     rc = doorbell_flush(module->core, 5000000);

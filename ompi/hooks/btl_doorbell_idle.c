@@ -472,7 +472,7 @@ void mca_btl_doorbell_idle_note_pass(mca_btl_doorbell_module_t *m, int events)
 
 static bool may_sleep(mca_btl_doorbell_module_t *m)
 {
-    if (m->finalizing || !mpi_running() || m->ncompleted || m->npending) {
+    if (m->finalizing || !mpi_running() || m->ncompleted || m->npending || m->ndeferred) {
         return false;
     }
     if (OPAL_UNLIKELY(!m->sleep_checked)) {
@@ -497,8 +497,10 @@ static void sleep_once(mca_btl_doorbell_module_t *m)
     after_ran_out(m, false);
     mca_btl_doorbell_idle_teach(m); /* before the wait delivers anything */
     m->sleeps++;
+    m->in_pass = 1;
     rc = doorbell_wait(m->core, MCA_BTL_DOORBELL_WINDOW, DOORBELL_WAIT_BLOCK, (int64_t) sleep_us,
                        mca_btl_doorbell_recv_cb, m, &wake);
+    m->in_pass = 0;
     if (rc > 0) {
         if (m->spin_ns > 0) {
             /* it spun its whole budget in vain */
