@@ -11,7 +11,7 @@
 //! (the full pass then finds nothing, as before), never no when there is
 //! something.
 
-use crate::endpoint::Inner;
+use crate::endpoint::{Inner, WindowLocal};
 use crate::shm::queue::QueueRef;
 use std::sync::atomic::Ordering;
 
@@ -46,11 +46,13 @@ impl Inner {
     /// else as well.
     pub(crate) fn work_kind(&self, window: u32) -> Work {
         crate::shm::queue::note_receive_pass();
+        // The window's state once: each index of `windows` is a bounds
+        // check, and every empty pass pays the look.
+        let w = &self.windows[window as usize];
         // A fast box with a record: the pass that takes it needs nothing
         // else, and the rest of the look would cost it ~40 instructions.
         // The other sources wait at most BOX_FIRST_RUN looks.
         let boxes_looked = window == 0 && {
-            let w = &self.windows[0];
             let run = w.box_first_run.load(Ordering::Relaxed);
             if run < BOX_FIRST_RUN {
                 if w.box_watch.has_record() {
@@ -72,7 +74,7 @@ impl Inner {
             || self.tcp.has_conns()
             // Replies to our RMA ops are read by passes (path/rma.rs).
             || self.rma.in_flight()
-            || self.window_flagged(window);
+            || self.flagged(window, w);
         if other {
             Work::Any
         } else if crate::shm::queue::receive_passes() % TAIL_CHECK_EVERY == 0 {
@@ -81,16 +83,20 @@ impl Inner {
             // more on every look).
             self.local_work_after_tails(window, boxes_looked)
         } else {
-            self.local_work(window, boxes_looked)
+            self.local_work(window, w, boxes_looked)
         }
     }
 
-    /// The shared-memory part of `work_kind`; `boxes_looked`: the boxes'
-    /// records were looked at already, only a new claim is left.
+    /// The shared-memory part of `work_kind` (`w`: window `window`'s
+    /// state); `boxes_looked`: the boxes' records were looked at already,
+    /// only a new claim is left.
     #[inline(always)]
-    fn local_work(&self, window: u32, boxes_looked: bool) -> Work {
-        let w = &self.windows[window as usize];
-        let boxes = if boxes_looked { w.box_watch.claims_moved(self.control.box_table()) } else { self.boxes_unread(window) };
+    fn local_work(&self, window: u32, w: &WindowLocal, boxes_looked: bool) -> Work {
+        let boxes = if boxes_looked {
+            w.box_watch.claims_moved(self.control.box_table())
+        } else {
+            window == 0 && w.box_watch.may_have_data(self.control.box_table())
+        };
         if w.queue_view.as_ref().is_none_or(QueueRef::unread_or_waiting) || boxes {
             Work::Local
         } else {
@@ -106,7 +112,7 @@ impl Inner {
         if self.tails_broke() {
             return Work::Any;
         }
-        self.local_work(window, boxes_looked)
+        self.local_work(window, &self.windows[window as usize], boxes_looked)
     }
 
     /// Now and then (TAIL_CHECK_EVERY looks and passes of this process):
@@ -138,7 +144,12 @@ impl Inner {
     /// The window's flags: a notify, the TCP inbox, a peer event, or the
     /// FLIH's failure (also what `has_work` asks before it sleeps).
     pub(crate) fn window_flagged(&self, window: u32) -> bool {
-        let w = &self.windows[window as usize];
+        self.flagged(window, &self.windows[window as usize])
+    }
+
+    /// `window_flagged`, with the window's state at hand.
+    #[inline(always)]
+    fn flagged(&self, window: u32, w: &WindowLocal) -> bool {
         self.control.window(window).notified.load(Ordering::Relaxed) != 0
             || w.inbox_ready.load(Ordering::Acquire)
             || w.peer_events_ready.load(Ordering::Acquire)
