@@ -28,6 +28,7 @@
 #include "btl_doorbell.h"
 #include "btl_doorbell_endpoint.h"
 #include "btl_doorbell_frag.h"
+#include "btl_doorbell_blocking.h"
 #include "btl_doorbell_osc_fix.h"
 
 /* ompi_mpi_state lives in libmpi, which every process that opens BTLs has
@@ -1023,6 +1024,9 @@ static mca_btl_base_module_t **doorbell_component_init(int *num_btls,
         opal_output_verbose(1, c->output,
                             "btl doorbell: cannot hook Open MPI's idle point (sched_yield in "
                             "libopen-pal); this rank polls instead of sleeping");
+    } else if (DOORBELL_WAIT_POLL != c->wait_mode) {
+        opal_output_verbose(1, c->output, "btl doorbell: rank %u: blocking MPI calls: %d slots wrapped",
+                            me.vpid, mca_btl_doorbell_blocking_slots());
     }
     *num_btls = 2;
     return modules;

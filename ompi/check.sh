@@ -104,6 +104,15 @@ for np in 2 4; do
     done
 done
 
+# the program's blocking MPI calls are wrapped (the idle point sleeps only
+# inside them): every rank took some of the program's PLT slots
+n=$(grep -Ec "btl doorbell: rank [0-9]+: blocking MPI calls: [1-9][0-9]* slots wrapped" "$WORK/exchange_np2_tcp0.out" || true)
+if [ "$n" -ge 2 ]; then
+    pass "the blocking MPI calls of both ranks are wrapped"
+else
+    fail "the blocking MPI calls of both ranks are wrapped (only $n ranks said so)"
+fi
+
 # large contiguous messages to same-node peers: one copy (ob1's RGET, read
 # with process_vm_readv), unless switched off or over TCP
 reads() { grep -Eo 'single_copy_reads=[0-9]+' "$WORK/$1.out" | awk -F= '{s += $2} END {print s + 0}'; }

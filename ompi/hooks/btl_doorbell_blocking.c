@@ -23,6 +23,7 @@
 #include "opal_config.h"
 
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mpi.h"
@@ -34,6 +35,7 @@
 static __thread unsigned int blocking_depth;
 static __thread uint64_t blocking_serial;
 static bool calls_marked;
+static int slots_wrapped; /* the program's PLT slots the wrappers took */
 
 static inline void enter(void)
 {
@@ -207,11 +209,19 @@ static bool is_caller_of_mpi(const char *path)
            NULL == strstr(path, "/libc.so") && NULL == strstr(path, "/ld-linux");
 }
 
+static int by_symbol(const void *a, const void *b)
+{
+    return strcmp(((const mca_btl_doorbell_got_target_t *) a)->symbol,
+                  ((const mca_btl_doorbell_got_target_t *) b)->symbol);
+}
+
 bool mca_btl_doorbell_blocking_install(void)
 {
-    int patched = 0;
+    enum { NCALLS = sizeof(blocking_calls) / sizeof(blocking_calls[0]) };
+    mca_btl_doorbell_got_target_t targets[NCALLS];
+    size_t n = 0;
 
-    for (size_t i = 0; i < sizeof(blocking_calls) / sizeof(blocking_calls[0]); ++i) {
+    for (size_t i = 0; i < NCALLS; ++i) {
         const blocking_call_t *b = &blocking_calls[i];
         /* what a call through the program's slot would reach; the slots
          * are changed only after the real target is known */
@@ -220,10 +230,18 @@ bool mca_btl_doorbell_blocking_install(void)
             continue;
         }
         *b->real = impl;
-        patched += mca_btl_doorbell_got_redirect(b->name, b->wrapper, is_caller_of_mpi);
+        targets[n++] = (mca_btl_doorbell_got_target_t){.symbol = b->name, .target = b->wrapper};
     }
-    calls_marked = patched > 0;
+    /* every slot in one walk over the loaded objects */
+    qsort(targets, n, sizeof(targets[0]), by_symbol);
+    slots_wrapped = mca_btl_doorbell_got_redirect_all(targets, n, is_caller_of_mpi);
+    calls_marked = slots_wrapped > 0;
     return calls_marked;
+}
+
+int mca_btl_doorbell_blocking_slots(void)
+{
+    return slots_wrapped;
 }
 
 bool mca_btl_doorbell_blocking_marked(void)

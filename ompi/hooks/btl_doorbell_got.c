@@ -16,6 +16,7 @@
 
 #include <elf.h>
 #include <link.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -33,11 +34,16 @@ static patched_slot_t patched[MAX_SLOTS];
 static int npatched;
 
 typedef struct {
-    const char *symbol;
-    void *target;
+    const mca_btl_doorbell_got_target_t *targets; /* sorted by symbol */
+    size_t ntargets;
     bool (*want)(const char *path);
     int found;
 } patch_request_t;
+
+static int by_symbol(const void *key, const void *elem)
+{
+    return strcmp((const char *) key, ((const mca_btl_doorbell_got_target_t *) elem)->symbol);
+}
 
 /* glibc stores relocated addresses in most d_ptr entries of a loaded
  * object's dynamic section, but not for every object (the vDSO): an
@@ -130,18 +136,20 @@ static int patch_object(struct dl_phdr_info *info, size_t size, void *arg)
     for (size_t i = 0; i < pltrelsz / sizeof(ElfW(Rela)); ++i) {
         const ElfW(Rela) *r = &jmprel[i];
         const char *name = strtab + symtab[ELF64_R_SYM(r->r_info)].st_name;
-        if (0 != strcmp(name, req->symbol)) {
+        const mca_btl_doorbell_got_target_t *t =
+            bsearch(name, req->targets, req->ntargets, sizeof(*t), by_symbol);
+        if (NULL == t) {
             continue;
         }
         void **slot = (void **) (info->dlpi_addr + r->r_offset);
-        if (*slot == req->target) {
+        if (*slot == t->target) {
             continue; /* already ours */
         }
         if (npatched >= MAX_SLOTS) {
             return 1;
         }
         void *before = *slot;
-        if (store_slot(info, slot, req->target)) {
+        if (store_slot(info, slot, t->target)) {
             patched[npatched].slot = slot;
             patched[npatched].before = before;
             ++npatched;
@@ -153,8 +161,17 @@ static int patch_object(struct dl_phdr_info *info, size_t size, void *arg)
 
 int mca_btl_doorbell_got_redirect(const char *symbol, void *target, bool (*want)(const char *path))
 {
-    patch_request_t req = {.symbol = symbol, .target = target, .want = want, .found = 0};
-    (void) dl_iterate_phdr(patch_object, &req);
+    mca_btl_doorbell_got_target_t one = {.symbol = symbol, .target = target};
+    return mca_btl_doorbell_got_redirect_all(&one, 1, want);
+}
+
+int mca_btl_doorbell_got_redirect_all(const mca_btl_doorbell_got_target_t *targets, size_t n,
+                                      bool (*want)(const char *path))
+{
+    patch_request_t req = {.targets = targets, .ntargets = n, .want = want, .found = 0};
+    if (0 < n) {
+        (void) dl_iterate_phdr(patch_object, &req);
+    }
     return req.found;
 }
 
