@@ -287,55 +287,6 @@ static int cma_get(mca_btl_doorbell_module_t *main, struct mca_btl_base_endpoint
     return OPAL_SUCCESS;
 }
 
-static bool defer_get(mca_btl_doorbell_module_t *main, struct mca_btl_base_module_t *btl,
-                      struct mca_btl_base_endpoint_t *endpoint, void *local_address,
-                      uint64_t remote_address,
-                      struct mca_btl_base_registration_handle_t *local_handle, size_t size,
-                      mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata);
-
-int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
-                         void *local_address, uint64_t remote_address,
-                         struct mca_btl_base_registration_handle_t *local_handle,
-                         struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
-                         int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
-                         void *cbcontext, void *cbdata)
-{
-    mca_btl_doorbell_module_t *main;
-
-    (void) flags;
-    (void) order;
-
-    endpoint = mca_btl_doorbell_rdma_endpoint(endpoint);
-    if (OPAL_UNLIKELY(endpoint->lost)) {
-        return OPAL_ERR_NOT_AVAILABLE;
-    }
-    if (endpoint->task == ((mca_btl_doorbell_module_t *) btl)->main->my_task) {
-        /* this process's own memory (osc rdma's state across nodes) */
-        memmove(local_address, (void *) (uintptr_t) remote_address, size);
-        cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
-        return OPAL_SUCCESS;
-    }
-    if (endpoint->module == &mca_btl_doorbell_tcp_module) {
-        return tcp_get((mca_btl_doorbell_module_t *) btl, endpoint, local_address, remote_address,
-                       local_handle, remote_handle, size, cbfunc, cbcontext, cbdata);
-    }
-    if (OPAL_UNLIKELY(!endpoint->cma)) {
-        return OPAL_ERR_NOT_AVAILABLE;
-    }
-    main = ((mca_btl_doorbell_module_t *) btl)->main;
-    if (size >= MCA_BTL_DOORBELL_DEFER_GET_MIN && !main->in_pass &&
-        defer_get(main, btl, endpoint, local_address, remote_address, local_handle, size, cbfunc,
-                  cbcontext, cbdata)) {
-        return OPAL_SUCCESS;
-    }
-    if (OPAL_UNLIKELY(OPAL_SUCCESS != cma_get(main, endpoint, local_address, remote_address, size))) {
-        return OPAL_ERROR;
-    }
-    /* the data is in place: complete now, as vader's CMA get does */
-    cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
-    return OPAL_SUCCESS;
-}
-
 /* ---- gets deferred to the next pass ----
  *
  * ob1 matches a message that came before its receive inside MPI_Irecv, and
@@ -386,6 +337,48 @@ static bool defer_get(mca_btl_doorbell_module_t *main, struct mca_btl_base_modul
     /* after the queue: a pass that sees the count finds the get */
     OPAL_THREAD_ADD_FETCH32(&main->ndeferred, 1);
     return true;
+}
+
+int mca_btl_doorbell_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
+                         void *local_address, uint64_t remote_address,
+                         struct mca_btl_base_registration_handle_t *local_handle,
+                         struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                         int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
+                         void *cbcontext, void *cbdata)
+{
+    mca_btl_doorbell_module_t *main = ((mca_btl_doorbell_module_t *) btl)->main;
+
+    (void) flags;
+    (void) order;
+
+    endpoint = mca_btl_doorbell_rdma_endpoint(endpoint);
+    if (OPAL_UNLIKELY(endpoint->lost)) {
+        return OPAL_ERR_NOT_AVAILABLE;
+    }
+    if (endpoint->task == main->my_task) {
+        /* this process's own memory (osc rdma's state across nodes) */
+        memmove(local_address, (void *) (uintptr_t) remote_address, size);
+        cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
+        return OPAL_SUCCESS;
+    }
+    if (endpoint->module == &mca_btl_doorbell_tcp_module) {
+        return tcp_get((mca_btl_doorbell_module_t *) btl, endpoint, local_address, remote_address,
+                       local_handle, remote_handle, size, cbfunc, cbcontext, cbdata);
+    }
+    if (OPAL_UNLIKELY(!endpoint->cma)) {
+        return OPAL_ERR_NOT_AVAILABLE;
+    }
+    if (size >= MCA_BTL_DOORBELL_DEFER_GET_MIN && !main->in_pass &&
+        defer_get(main, btl, endpoint, local_address, remote_address, local_handle, size, cbfunc,
+                  cbcontext, cbdata)) {
+        return OPAL_SUCCESS;
+    }
+    if (OPAL_UNLIKELY(OPAL_SUCCESS != cma_get(main, endpoint, local_address, remote_address, size))) {
+        return OPAL_ERROR;
+    }
+    /* the data is in place: complete now, as vader's CMA get does */
+    cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
+    return OPAL_SUCCESS;
 }
 
 int mca_btl_doorbell_deferred_gets_run(mca_btl_doorbell_module_t *module)

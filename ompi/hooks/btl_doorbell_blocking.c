@@ -23,7 +23,6 @@
 #include "opal_config.h"
 
 #include <dlfcn.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "mpi.h"
@@ -209,12 +208,6 @@ static bool is_caller_of_mpi(const char *path)
            NULL == strstr(path, "/libc.so") && NULL == strstr(path, "/ld-linux");
 }
 
-static int by_symbol(const void *a, const void *b)
-{
-    return strcmp(((const mca_btl_doorbell_got_target_t *) a)->symbol,
-                  ((const mca_btl_doorbell_got_target_t *) b)->symbol);
-}
-
 bool mca_btl_doorbell_blocking_install(void)
 {
     enum { NCALLS = sizeof(blocking_calls) / sizeof(blocking_calls[0]) };
@@ -233,7 +226,6 @@ bool mca_btl_doorbell_blocking_install(void)
         targets[n++] = (mca_btl_doorbell_got_target_t){.symbol = b->name, .target = b->wrapper};
     }
     /* every slot in one walk over the loaded objects */
-    qsort(targets, n, sizeof(targets[0]), by_symbol);
     slots_wrapped = mca_btl_doorbell_got_redirect_all(targets, n, is_caller_of_mpi);
     calls_marked = slots_wrapped > 0;
     return calls_marked;

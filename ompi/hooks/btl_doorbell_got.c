@@ -40,9 +40,11 @@ typedef struct {
     int found;
 } patch_request_t;
 
-static int by_symbol(const void *key, const void *elem)
+/* Orders targets for qsort and finds a relocation's name by bsearch. */
+static int by_symbol(const void *a, const void *b)
 {
-    return strcmp((const char *) key, ((const mca_btl_doorbell_got_target_t *) elem)->symbol);
+    return strcmp(((const mca_btl_doorbell_got_target_t *) a)->symbol,
+                  ((const mca_btl_doorbell_got_target_t *) b)->symbol);
 }
 
 /* glibc stores relocated addresses in most d_ptr entries of a loaded
@@ -135,9 +137,9 @@ static int patch_object(struct dl_phdr_info *info, size_t size, void *arg)
     }
     for (size_t i = 0; i < pltrelsz / sizeof(ElfW(Rela)); ++i) {
         const ElfW(Rela) *r = &jmprel[i];
-        const char *name = strtab + symtab[ELF64_R_SYM(r->r_info)].st_name;
+        const mca_btl_doorbell_got_target_t name = {.symbol = strtab + symtab[ELF64_R_SYM(r->r_info)].st_name};
         const mca_btl_doorbell_got_target_t *t =
-            bsearch(name, req->targets, req->ntargets, sizeof(*t), by_symbol);
+            bsearch(&name, req->targets, req->ntargets, sizeof(*t), by_symbol);
         if (NULL == t) {
             continue;
         }
@@ -165,11 +167,12 @@ int mca_btl_doorbell_got_redirect(const char *symbol, void *target, bool (*want)
     return mca_btl_doorbell_got_redirect_all(&one, 1, want);
 }
 
-int mca_btl_doorbell_got_redirect_all(const mca_btl_doorbell_got_target_t *targets, size_t n,
+int mca_btl_doorbell_got_redirect_all(mca_btl_doorbell_got_target_t *targets, size_t n,
                                       bool (*want)(const char *path))
 {
     patch_request_t req = {.targets = targets, .ntargets = n, .want = want, .found = 0};
     if (0 < n) {
+        qsort(targets, n, sizeof(*targets), by_symbol);
         (void) dl_iterate_phdr(patch_object, &req);
     }
     return req.found;

@@ -17,11 +17,11 @@ typedef struct {
     void *target;
 } mca_btl_doorbell_got_target_t;
 
-/* The same for `n` symbols at once, `targets` sorted by symbol (strcmp):
- * one walk over the loaded objects and their relocations, where a call per
+/* The same for `n` symbols at once (`targets` is sorted in place): one
+ * walk over the loaded objects and their relocations, where a call per
  * symbol walked them all again (the blocking calls' ~100 symbols took 4-5
  * ms of each rank's start-up). */
-int mca_btl_doorbell_got_redirect_all(const mca_btl_doorbell_got_target_t *targets, size_t n,
+int mca_btl_doorbell_got_redirect_all(mca_btl_doorbell_got_target_t *targets, size_t n,
                                       bool (*want)(const char *path));
 
 /* Put back what every redirected slot held before.  Call before the
