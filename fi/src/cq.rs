@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use doorbell::try_lock::TryLock;
+use doorbell::Work;
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 /// Endpoints a queue holds for its reads without a lock (more are rare:
@@ -114,6 +115,17 @@ impl Sink<'_> {
         self.open = false;
         false
     }
+}
+
+/// What a read's first look (`Cq::glance`) saw.
+#[derive(Clone, Copy)]
+enum Glance {
+    /// Nothing for any bound endpoint: the read is done.
+    Empty,
+    /// `fast[at]`'s look said `work`; those before it had nothing.
+    Busy { at: usize, work: Work },
+    /// No look made (a measured read, or something queued already).
+    Unknown,
 }
 
 #[repr(C)]
@@ -402,6 +414,13 @@ impl Cq {
 
     /// `progress`, the completions it makes offered to `out` first.
     fn progress_into(&self, out: &mut Sink<'_>) {
+        self.progress_after(Glance::Unknown, out)
+    }
+
+    /// `progress_into` after a glance: the bound endpoints before the one
+    /// it found busy had nothing a moment ago and wait for the next read,
+    /// and that one's look is not made again.
+    fn progress_after(&self, glance: Glance, out: &mut Sink<'_>) {
         if self.overflow.load(Ordering::Acquire) {
             for ep in self.eps.read().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade) {
                 if !ep.is_closed() {
@@ -410,10 +429,13 @@ impl Cq {
             }
             return;
         }
-        for slot in &self.fast {
+        for (i, slot) in self.fast.iter().enumerate() {
             let Some(ep) = slot.get() else { break };
-            if !ep.is_closed() {
-                ep.progress_into(out);
+            match glance {
+                Glance::Busy { at, .. } if i < at => {}
+                Glance::Busy { at, work } if i == at => ep.progress_after(Some(work), out),
+                _ if !ep.is_closed() => ep.progress_into(out),
+                _ => {}
             }
         }
     }
@@ -518,7 +540,8 @@ impl Cq {
         if buf.is_null() && count > 0 {
             return negs(FI_EINVAL);
         }
-        if self.empty_at_a_glance() {
+        let glance = self.glance();
+        if let Glance::Empty = glance {
             self.give_way();
             return EAGAIN;
         }
@@ -530,7 +553,7 @@ impl Cq {
         } else {
             Sink::none()
         };
-        self.progress_into(&mut out);
+        self.progress_after(glance, &mut out);
         // SAFETY: the caller's contract; entries below out.n are filled.
         let mut n = unsafe { self.drain(buf, out.n, count, src) };
         if n == EAGAIN {
@@ -576,9 +599,10 @@ impl Cq {
     /// plain loads: nothing queued, and no bound endpoint has anything for
     /// a pass.  It does what `read` would then (a pass and a drain that
     /// find nothing, one unmeasured read counted) without their calls:
-    /// most reads of a waiting MPI are this one.  False: the whole read.
+    /// most reads of a waiting MPI are this one.  Otherwise the whole read,
+    /// told which endpoint the glance found busy and what its look said.
     #[inline]
-    fn empty_at_a_glance(&self) -> bool {
+    fn glance(&self) -> Glance {
         let left = self.idle_skip.load(Ordering::Relaxed);
         if left == 0
             || self.wait_fd.is_some()
@@ -586,16 +610,19 @@ impl Cq {
             || self.queued.load(Ordering::Acquire) != 0
             || self.sends_queued.load(Ordering::Acquire) != 0
         {
-            return false;
+            return Glance::Unknown;
         }
-        for slot in &self.fast {
+        for (at, slot) in self.fast.iter().enumerate() {
             let Some(ep) = slot.get() else { break };
-            if !ep.is_closed() && ep.may_have_work() {
-                return false;
+            if ep.is_closed() {
+                continue;
+            }
+            if let Some(work) = ep.work() {
+                return Glance::Busy { at, work };
             }
         }
         self.idle_skip.store(left - 1, Ordering::Relaxed);
-        true
+        Glance::Empty
     }
 
     /// A read found something (before or after a sleep).  The idle state's

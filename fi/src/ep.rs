@@ -492,15 +492,9 @@ impl Ep {
     /// shared-memory messages (the short pass), or anything; one-copy
     /// reads still pending make a full pass too.
     #[inline]
-    fn work(&self) -> Option<Work> {
+    pub fn work(&self) -> Option<Work> {
         let work = self.domain.core.ep.work_kind(self.window).unwrap_or(Work::Any);
         (work != Work::None || self.rndv.reads_pending()).then_some(work)
-    }
-
-    /// Would `progress` find anything to do now?  (Its look, alone.)
-    #[inline]
-    pub fn may_have_work(&self) -> bool {
-        self.work().is_some()
     }
 
     /// One progress pass over our window: deliver what the core has.
@@ -511,8 +505,16 @@ impl Ep {
     /// `progress`, the completions it makes offered to `out` first (a
     /// read's own buffer, cq.rs).
     pub fn progress_into(&self, out: &mut Sink<'_>) {
+        self.progress_after(self.work(), out);
+    }
+
+    /// `progress_into` after a look of our own (`work`) that the caller
+    /// has just made: a read that glanced at us first does not look twice
+    /// (~70 instructions a delivering read).  What came since the look
+    /// waits for the next pass, as if it had come just after it.
+    pub fn progress_after(&self, work: Option<Work>, out: &mut Sink<'_>) {
         let core = &self.domain.core;
-        let Some(work) = self.work() else { return };
+        let Some(work) = work else { return };
         // Another thread delivers (or sleeps delivering): it reports.
         let Ok(mut buf) = self.delivering.try_lock() else { return };
         let room = out.room_for(self.rx_cq.load(Ordering::Acquire));
