@@ -133,13 +133,15 @@ pub struct BoxesRx {
 }
 
 /// What a look for work (work_check.rs) reads of the boxes without the
-/// receive side's lock, on one line: each box's next header word, and the
-/// claims taken up.  Written only by the BoxesRx that holds the boxes
-/// (under the window's receive lock).
+/// receive side's lock, on two lines: each box's next header word and the
+/// stamp that word has while it holds the header of the lap before
+/// (record.rs R1), and the claims taken up.  Written only by the BoxesRx
+/// that holds the boxes (under the window's receive lock).
 #[derive(Default)]
 #[repr(align(64))]
 pub struct BoxWatch {
     next: [AtomicPtr<AtomicU64>; BOXES],
+    lap_before: [AtomicU32; BOXES],
     active: AtomicUsize,
     seen: AtomicU32,
 }
@@ -163,20 +165,31 @@ impl BoxWatch {
     #[inline]
     pub fn has_record(&self) -> bool {
         let n = self.active.load(Ordering::Acquire).min(BOXES);
-        self.next[..n].iter().any(|p| {
+        self.next[..n].iter().zip(&self.lap_before).any(|(p, lap)| {
             let p = p.load(Ordering::Acquire);
+            if p.is_null() {
+                return false;
+            }
             // SAFETY: a non-null pointer is a record header word of a box
             // the BoxesRx that writes this watch took up (next_word): in
             // the receiver's own control segment, which stays mapped as
             // long as the endpoint that owns both (under loom: in the box's
             // heap queue, which the test keeps as long as the watch).
-            !p.is_null() && unsafe { &*p }.load(Ordering::Acquire) != 0
+            let w = unsafe { &*p }.load(Ordering::Acquire);
+            // A word other than 0 and the lap before's header is a record,
+            // or a broken one that the pass then reports.  A look between
+            // `note`'s two stores pairs a pointer with the other position's
+            // stamp: a published record's never equals it (the two
+            // positions are far less than STAMP_PERIOD apart), so a record
+            // is never missed.
+            w != 0 && w as u16 as u32 != lap.load(Ordering::Relaxed)
         })
     }
 
     fn note(&self, k: usize, b: &BoxRx) {
         if k < BOXES {
             let p = if b.broken { std::ptr::null_mut() } else { b.c.next_word() as *mut AtomicU64 };
+            self.lap_before[k].store(b.c.lap_before_stamp() as u32, Ordering::Relaxed);
             self.next[k].store(p, Ordering::Release);
         }
     }

@@ -17,7 +17,9 @@
 //! Under the producer lock the queue *is* a single-producer ring (record.rs):
 //! the same records, the same publish protocol (SYNC POINTS R1, R2: the
 //! header word is the publish, "zero the next header word, then publish"
-//! keeps stale bytes from passing for a record), the same hot-start rewind as the
+//! keeps stale bytes from passing for a record; only a fast box, with its
+//! one producer, leaves its header of the lap before there), the same
+//! hot-start rewind as the
 //! per-pair rings it replaced.  Only the producer's state (`tail`,
 //! `next_rewind_check`) lives in the header instead of in one process, and
 //! each record carries its sender's peer id at the receiver, so
@@ -65,7 +67,10 @@
 //!     the lock sees that zero, and only a holder writes a header word, at
 //!     its own `tail`.  A nonzero word means `tail` moved onto a record or
 //!     onto stale bytes of an earlier lap.  The load is on the line the
-//!     record goes to, the one load a direct write gains.
+//!     record goes to, the one load a direct write gains.  (A fast box's
+//!     one producer may find its own header of the lap before there
+//!     instead, where its notes say it left one, and its `tail` where it
+//!     left it: record.rs `LapHeaders`.)
 //!   - Why the consumer loads `tail` first: the other way round, a publish
 //!     and its tail store between the two loads would look the same.
 //!     `tail` may read behind `head` (stored after the publish of the
@@ -81,7 +86,7 @@ use crate::shm::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK
 #[cfg(not(loom))]
 use crate::shm::record::word_at;
 use crate::shm::record::{
-    align16, copy_small, has_prefetchw, prefetch_for_write, Gather, Record, ALIGN, BULK, FIRST, HOT_BYTES, LAST, LEN_MAX, MIN_CHUNK, PAD, REC, SPARE_MAX, TOTAL_BYTES,
+    align16, copy_small, has_prefetchw, lap_before, prefetch_for_write, Gather, LapHeaders, Record, ALIGN, BULK, FIRST, HOT_BYTES, LAST, LEN_MAX, MIN_CHUNK, PAD, REC, SPARE_MAX, STAMP_PERIOD, TOTAL_BYTES,
 };
 #[cfg(not(loom))]
 use crate::shm::segment::Segment;
@@ -494,6 +499,9 @@ pub struct QueueWriter {
     /// `RECEIVE_PASSES` at our last put (u64::MAX: none yet); written
     /// under the lock.
     put_pass: AtomicU64,
+    /// A fast box's writer (the ring's only producer): where its headers
+    /// of the lap before stand, which R1 need not zero (record.rs).
+    lap_headers: Option<LapHeaders>,
 }
 
 /// One sender's handle on one receiver's queue (the caller keeps it under
@@ -529,6 +537,7 @@ impl QueueWriter {
             skipped: GuardedCount::default(),
             last_end: AtomicU64::new(0),
             put_pass: AtomicU64::new(u64::MAX),
+            lap_headers: None,
         }
     }
 
@@ -537,7 +546,8 @@ impl QueueWriter {
         if me >= MAX_PEERS || pid == 0 || q.table().is_some() {
             return Err(Error::InvalidArgument);
         }
-        Ok(QueueWriter::with(q, me, pid))
+        let lap_headers = (q.cap < STAMP_PERIOD).then(|| LapHeaders::new(q.cap));
+        Ok(QueueWriter { lap_headers, ..QueueWriter::with(q, me, pid) })
     }
 
     /// Has the consumer read everything this writer put in?  (SYNC POINT
@@ -557,14 +567,22 @@ impl QueueWriter {
     }
 
     /// Is `tail`, just read under the lock, where the last holder left it:
-    /// on the grid, its header word 0 (the tail's invariant, module
-    /// comment)?  Else the ring is corrupt (`bad_head`).  Caller holds the
-    /// lock.
+    /// on the grid, its header word 0 or, in a fast box, our header of the
+    /// lap before (the tail's invariant, module comment)?  Else the ring is
+    /// corrupt (`bad_head`).  Caller holds the lock.
     #[inline(always)]
     fn tail_ok(&self, tail: u64) -> bool {
         // (word() wants a 16-aligned position: checked first.)
-        if tail.is_multiple_of(ALIGN) && self.q.word(tail).load(Ordering::Relaxed) == 0 {
-            return true;
+        if tail.is_multiple_of(ALIGN) {
+            let w = self.q.word(tail).load(Ordering::Relaxed);
+            let left_so = match &self.lap_headers {
+                None => w == 0,
+                // Only we move a fast box's tail.
+                Some(l) => l.left_at(tail) && (w == 0 || (l.at(self.q.offset(tail)) && lap_before(w, tail, self.q.cap))),
+            };
+            if left_so {
+                return true;
+            }
         }
         self.bad_head.store(true, Ordering::Relaxed);
         false
@@ -647,10 +665,17 @@ impl QueueWriter {
         fill(unsafe { self.q.data().add((pos + REC) as usize) });
         self.q.touch(*tail + REC, rec.len as u64, true);
         let size = rec.size_at(pos, cap);
-        // The next record's header word reads 0 until that record is put.
-        self.q.word(*tail + size).store(0, Ordering::Relaxed);
+        // The next record's header word reads 0 (or, in a fast box, our
+        // header of the lap before) until that record is put.
+        let next = *tail + size;
+        if !self.lap_headers.as_ref().is_some_and(|l| l.at(self.q.offset(next))) {
+            self.q.word(next).store(0, Ordering::Relaxed);
+        }
         // SYNC POINT R1 (producer side): the record is complete.
         self.q.word(*tail).store(rec.word(*tail), Ordering::Release);
+        if let Some(l) = &self.lap_headers {
+            l.put(pos, size, next);
+        }
         let pass = RECEIVE_PASSES.load(Ordering::Relaxed);
         let streaming = self.put_pass.load(Ordering::Relaxed) == pass;
         self.put_pass.store(pass, Ordering::Relaxed);
@@ -1185,6 +1210,9 @@ pub struct QueueConsumer {
     id: BulkId,
     /// Each sender's bulk generation in use.
     bulk: HashMap<u32, BulkConsumer>,
+    /// A fast box (one producer): the word at `head` may hold the header
+    /// of the lap before until the next record comes (record.rs R1).
+    lap_headers: bool,
 }
 
 impl QueueConsumer {
@@ -1195,7 +1223,8 @@ impl QueueConsumer {
         if !head.is_multiple_of(ALIGN) {
             return Err(Error::Shm);
         }
-        Ok(QueueConsumer { q, head, empty_polls: 0, max_message, assembling: None, spare: Vec::new(), id, bulk: HashMap::new() })
+        let lap_headers = !q.shared && q.cap < STAMP_PERIOD;
+        Ok(QueueConsumer { q, head, empty_polls: 0, max_message, assembling: None, spare: Vec::new(), id, bulk: HashMap::new(), lap_headers })
     }
 
     pub fn queue(&self) -> &QueueRef {
@@ -1225,7 +1254,14 @@ impl QueueConsumer {
         let cap = self.q.cap;
         tail > self.head.saturating_add(cap)
             || self.head > tail.saturating_add(cap)
-            || (tail > self.head && self.q.word(self.head).load(Ordering::Acquire) == 0)
+            || (tail > self.head && self.unpublished(self.q.word(self.head).load(Ordering::Acquire)))
+    }
+
+    /// Is `w`, the word at `head`, no record yet: 0, or in a fast box the
+    /// header its producer put there a lap before (record.rs R1)?
+    #[inline(always)]
+    fn unpublished(&self, w: u64) -> bool {
+        w == 0 || (self.lap_headers && lap_before(w, self.head, self.q.cap))
     }
 
     /// A poll found nothing: every TAIL_CHECK_EVERY-th time, `tail_ahead`.
@@ -1246,7 +1282,18 @@ impl QueueConsumer {
     /// Anything unread?  (SYNC POINT R1, consumer side; also the re-check
     /// after arming.)
     pub fn has_data(&self) -> bool {
-        self.q.word(self.head).load(Ordering::Acquire) != 0
+        !self.unpublished(self.q.word(self.head).load(Ordering::Acquire))
+    }
+
+    /// The low 16 bits that the word at `head` has while it holds no record
+    /// but the header of the lap before (a fast box's; see `unpublished`),
+    /// or 0 for a ring without such headers.
+    pub fn lap_before_stamp(&self) -> u16 {
+        if self.lap_headers {
+            crate::shm::record::stamp_for(self.head.wrapping_sub(self.q.cap))
+        } else {
+            0
+        }
     }
 
     /// The header word of the next record: nonzero once it is published
@@ -1272,7 +1319,7 @@ impl QueueConsumer {
             let pos = self.q.offset(self.head);
             // SYNC POINT R1 (consumer side).
             let rec = match self.q.word(self.head).load(Ordering::Acquire) {
-                0 => break,
+                w if self.unpublished(w) => break,
                 w => Record::from_word(w, self.head).ok_or(Error::Shm)?,
             };
             let size = rec.size_at(pos, cap);
@@ -2104,6 +2151,70 @@ mod tests {
     fn fast_box(f: &Fixture, pid: u32) -> (QueueWriter, QueueConsumer) {
         let q = QueueRef::new_box(f.seg.clone(), 64, 4096).unwrap();
         (QueueWriter::for_box(q.clone(), 3, pid).unwrap(), QueueConsumer::new(q, f.id(0), 1 << 20).unwrap())
+    }
+
+    #[test]
+    fn a_box_leaves_its_header_of_the_lap_before_where_the_next_record_goes() {
+        // R1 in a fast box: past the first lap, the word after a record
+        // keeps the header of the lap before instead of a zero (the zero
+        // pulled the next line to the consumer before the record came),
+        // and neither side takes that header for a record.
+        let me = Live::new();
+        let f = fixture("boxlap", 4096);
+        let (w, mut c) = fast_box(&f, me.pid());
+        let mut kept = 0;
+        for i in 0..3 * 4096 / 32 {
+            assert!(w.write_small(1, &[i as u8; 16], &[7; 8], || true), "message {i}");
+            let tail = w.q.hdr().tail.load(Ordering::Relaxed);
+            let after = w.q.word(tail).load(Ordering::Relaxed);
+            if i >= 4096 / 32 {
+                assert!(after != 0 && lap_before(after, tail, 4096), "message {i}: the lap before's header is left");
+                kept += 1;
+            }
+            assert!(c.has_data() && !c.tail_ahead());
+            let got = drain(&mut c);
+            assert_eq!(got, vec![(3, 1, [&[i as u8; 16][..], &[7; 8][..]].concat())], "message {i}");
+            assert!(!c.has_data() && !c.tail_ahead(), "message {i}: nothing more, and no corruption");
+        }
+        assert_eq!(kept, 2 * 4096 / 32);
+    }
+
+    #[test]
+    fn stale_bytes_of_earlier_laps_never_pass_for_a_record_in_a_box() {
+        // Records of changing sizes move the record boundaries from lap to
+        // lap, so the word where the next record goes is sometimes the lap
+        // before's header (left there) and sometimes payload or a PAD's
+        // stale bytes (zeroed).  Every payload here is a forged header for
+        // each position it covers, as a wrong skip of the zero would show:
+        // a record delivered that was never sent.
+        let me = Live::new();
+        let f = fixture("boxstale", 4096);
+        let (w, mut c) = fast_box(&f, me.pid());
+        let forged = |at: u64, len: usize| -> Vec<u8> {
+            let mut m = Vec::with_capacity(len);
+            let mut pos = at + REC;
+            while m.len() < len {
+                let h = Record::new(8, 9, FIRST | LAST).word((pos + 15) & !15);
+                m.extend_from_slice(&h.to_le_bytes());
+                pos += 8;
+            }
+            m.truncate(len);
+            m
+        };
+        let sizes = [8usize, 24, 40, 8, 56, 120, 8, 8, 200, 24, 900, 40];
+        let mut sent = 0u64;
+        for lap in 0..40 {
+            for (k, &len) in sizes.iter().enumerate() {
+                let tail = w.q.hdr().tail.load(Ordering::Relaxed);
+                let m = forged(tail, len + lap % 3 * 16);
+                assert!(w.write_whole(2, &Gather::new(&[&m[..]]), &mut || true), "lap {lap}, message {k}");
+                sent += 1;
+                assert_eq!(drain(&mut c), vec![(3, 2, m)], "lap {lap}, message {k}");
+                assert!(!c.has_data(), "lap {lap}, message {k}: nothing more");
+            }
+        }
+        assert!(!w.found_corrupt());
+        assert!(sent > 400);
     }
 
     #[test]
