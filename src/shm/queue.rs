@@ -567,22 +567,22 @@ impl QueueWriter {
     }
 
     /// Is `tail`, just read under the lock, where the last holder left it:
-    /// on the grid, its header word 0 or, in a fast box, our header of the
-    /// lap before (the tail's invariant, module comment)?  Else the ring is
-    /// corrupt (`bad_head`).  Caller holds the lock.
+    /// on the grid, its header word 0 (the tail's invariant, module
+    /// comment)?  A fast box's, where we left it: only we move it, and we
+    /// know what we left at the word there (0, or our header of the lap
+    /// before); only its first put, on a box never written, looks at the
+    /// word.  Else the ring is corrupt (`bad_head`).  Caller holds the
+    /// lock.
     #[inline(always)]
     fn tail_ok(&self, tail: u64) -> bool {
         // (word() wants a 16-aligned position: checked first.)
-        if tail.is_multiple_of(ALIGN) {
-            let w = self.q.word(tail).load(Ordering::Relaxed);
-            let left_so = match &self.lap_headers {
-                None => w == 0,
-                // Only we move a fast box's tail.
-                Some(l) => l.left_at(tail) && (w == 0 || (l.at(self.q.offset(tail)) && lap_before(w, tail, self.q.cap))),
+        let left_so = tail.is_multiple_of(ALIGN)
+            && match self.lap_headers.as_ref().and_then(LapHeaders::tail) {
+                Some(ours) => tail == ours,
+                None => self.q.word(tail).load(Ordering::Relaxed) == 0,
             };
-            if left_so {
-                return true;
-            }
+        if left_so {
+            return true;
         }
         self.bad_head.store(true, Ordering::Relaxed);
         false
@@ -1282,7 +1282,9 @@ impl QueueConsumer {
     /// Anything unread?  (SYNC POINT R1, consumer side; also the re-check
     /// after arming.)
     pub fn has_data(&self) -> bool {
-        !self.unpublished(self.q.word(self.head).load(Ordering::Acquire))
+        let w = self.q.word(self.head).load(Ordering::Acquire);
+        // A record first: the common answer in one comparison.
+        w as u16 == crate::shm::record::stamp_for(self.head) || !self.unpublished(w)
     }
 
     /// The low 16 bits that the word at `head` has while it holds no record
@@ -1318,9 +1320,11 @@ impl QueueConsumer {
         while n < budget {
             let pos = self.q.offset(self.head);
             // SYNC POINT R1 (consumer side).
-            let rec = match self.q.word(self.head).load(Ordering::Acquire) {
-                w if self.unpublished(w) => break,
-                w => Record::from_word(w, self.head).ok_or(Error::Shm)?,
+            let w = self.q.word(self.head).load(Ordering::Acquire);
+            let rec = match Record::from_word(w, self.head) {
+                Some(rec) => rec,
+                None if self.unpublished(w) => break,
+                None => return Err(Error::Shm),
             };
             let size = rec.size_at(pos, cap);
             let src = rec.src as u32;

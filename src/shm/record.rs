@@ -177,11 +177,10 @@ impl LapHeaders {
         LapHeaders { bits: (0..(cap / ALIGN).div_ceil(64)).map(|_| Default::default()).collect(), tail: u64::MAX.into() }
     }
 
-    /// Is `tail` where our last record left it (or have we put none yet)?
+    /// Where our last record left the tail; None before the first.
     #[inline(always)]
-    pub(crate) fn left_at(&self, tail: u64) -> bool {
-        let ours = self.tail.load(std::sync::atomic::Ordering::Relaxed);
-        ours == u64::MAX || ours == tail
+    pub(crate) fn tail(&self) -> Option<u64> {
+        Some(self.tail.load(std::sync::atomic::Ordering::Relaxed)).filter(|&t| t != u64::MAX)
     }
 
     /// Does the word at data offset `off` (16-aligned, in the ring) hold our
@@ -201,6 +200,15 @@ impl LapHeaders {
         self.tail.store(tail, Relaxed);
         let first = off / ALIGN;
         let end = first + size / ALIGN;
+        let (w, lo) = (first / 64, first % 64);
+        if end <= (w + 1) * 64 {
+            // The common record, within one word of bits (a size is at
+            // least 16: one slot).
+            let covered = (u64::MAX >> (64 - (end - first))) << lo;
+            let cell = &self.bits[w as usize];
+            cell.store(cell.load(Relaxed) & !covered | 1 << lo, Relaxed);
+            return;
+        }
         let mut slot = first;
         while slot < end {
             let (w, lo) = (slot / 64, slot % 64);
@@ -386,14 +394,14 @@ mod tests {
         let cap = 4096;
         let l = LapHeaders::new(cap);
         let headers = |l: &LapHeaders| (0..cap).step_by(16).filter(|&o| l.at(o)).collect::<Vec<_>>();
-        assert!(headers(&l).is_empty() && l.left_at(12345), "a fresh producer knows of none");
+        assert!(headers(&l).is_empty() && l.tail().is_none(), "a fresh producer knows of none");
         // Records across the first bit word's end, one of 64 slots, a PAD.
         l.put(0, 32, 32);
         l.put(32, 1008, 1040);
         l.put(1040, 1024, 2064);
         l.put(2064, cap - 2064, cap);
         assert_eq!(headers(&l), vec![0, 32, 1040, 2064]);
-        assert!(l.left_at(cap) && !l.left_at(2064));
+        assert_eq!(l.tail(), Some(cap));
         // The next lap, shifted by 16: each record covers an old header.
         l.put(0, 48, cap + 48);
         l.put(48, 1024, cap + 1072);
