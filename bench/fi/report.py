@@ -7,9 +7,11 @@ from results import load
 # and against libfabric's own providers under the same MPI; then libfabric's
 # shm provider against MPICH's default: what ch4:ofi costs with libfabric's
 # own on-node provider (under Open MPI, libfabric 1.17's shm declines mtl
-# ofi: it lacks FI_REMOTE_COMM).
+# ofi: it lacks FI_REMOTE_COMM, so bench/fi/floor stands in: the floor of
+# pml cm + mtl ofi with a minimal spinning provider, against vader).
 TARGET_PAIRS = [("ompi_doorbell", "ompi_vader"), ("mpich_doorbell", "mpich_default")]
-PAIRS = TARGET_PAIRS + [("ompi_doorbell", "ompi_fi_tcp"), ("mpich_doorbell", "mpich_fi_shm"),
+PAIRS = TARGET_PAIRS + [("ompi_doorbell", "ompi_floor"), ("ompi_floor", "ompi_vader"),
+                        ("ompi_doorbell", "ompi_fi_tcp"), ("mpich_doorbell", "mpich_fi_shm"),
                         ("mpich_doorbell", "mpich_fi_tcp"), ("mpich_fi_shm", "mpich_default")]
 
 

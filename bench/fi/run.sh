@@ -3,6 +3,8 @@
 # 2 ranks: Open MPI (vader; pml cm + mtl ofi over the doorbell provider and
 # over libfabric's tcp provider, the same MPI path: libfabric 1.17's shm
 # provider declines mtl ofi, which asks for FI_REMOTE_COMM) and
+# the floor of that path: bench/fi/floor, a minimal spinning shared-memory
+# provider), and
 # the MPICH wheel (its default, ch4 with posix shared memory; ch4:ofi with
 # MPIR_CVAR_NOLOCAL=1 over the doorbell provider and over libfabric's own
 # shm and tcp providers).  Programs: bench/ompi/pingpong.c (latency,
@@ -23,6 +25,8 @@ root=$(cd "$here/../.." && pwd)
 # shellcheck source=bench/fi/frame.sh
 . "$here/frame.sh"
 bench_setup run.sh "$root/target/bench-fi"
+make -s -C "$here/floor" OUT="$OUT/floor" >"$OUT/floor-build.log" 2>&1 ||
+    { echo "run.sh: building bench/fi/floor failed (log: $OUT/floor-build.log)" >&2; exit 1; }
 for b in pingpong idle; do
     mpicc.openmpi -O2 -o "$OUT/${b}_ompi" "$root/bench/ompi/$b.c" &&
         "$MPICH_VENV/bin/mpicc" -O2 -o "$OUT/${b}_mpich" "$root/bench/ompi/$b.c" ||
@@ -47,6 +51,8 @@ run_config() { # config bench round
     ompi_vader) ompi --mca pml ob1 --mca btl self,vader -- "$OUT/${b}_ompi" "${quick[@]}" ;;
     ompi_doorbell) ompi --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include doorbell \
         -x FI_PROVIDER_PATH="$PROV" -x FI_DOORBELL_IF_INCLUDE=lo -- "$OUT/${b}_ompi" "${quick[@]}" ;;
+    ompi_floor) ompi --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include floor \
+        -x FI_PROVIDER_PATH="$OUT/floor" -- "$OUT/${b}_ompi" "${quick[@]}" ;;
     ompi_fi_tcp) ompi --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include "tcp;ofi_rxm" \
         -x FI_TCP_IFACE=lo -- "$OUT/${b}_ompi" "${quick[@]}" ;;
     mpich_default) mpich -- "$OUT/${b}_mpich" "${quick[@]}" ;;
@@ -58,7 +64,7 @@ run_config() { # config bench round
     esac
 }
 
-read -r -a configs <<<"${CONFIGS:-ompi_vader ompi_doorbell ompi_fi_tcp mpich_default mpich_doorbell mpich_fi_shm mpich_fi_tcp}"
+read -r -a configs <<<"${CONFIGS:-ompi_vader ompi_doorbell ompi_floor ompi_fi_tcp mpich_default mpich_doorbell mpich_fi_shm mpich_fi_tcp}"
 raw=$OUT/raw.tsv
 counts() { grep -q '^RESULT' "$2"; }
 echo "libfabric provider benchmark: ROUNDS=$ROUNDS QUICK=$QUICK, load $(cut -d' ' -f1 /proc/loadavg)"
