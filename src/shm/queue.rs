@@ -86,7 +86,7 @@ use crate::shm::bulk::{slot_bytes_for, BulkConsumer, BulkProducer, BulkRef, BULK
 #[cfg(not(loom))]
 use crate::shm::record::word_at;
 use crate::shm::record::{
-    align16, copy_small, has_prefetchw, lap_before, prefetch_for_write, Gather, LapHeaders, Record, ALIGN, BULK, FIRST, HOT_BYTES, LAST, LEN_MAX, MIN_CHUNK, PAD, REC, SPARE_MAX, STAMP_PERIOD, TOTAL_BYTES,
+    align16, copy_small, has_prefetchw, lap_before, lap_before_stamp, prefetch_for_write, Gather, LapHeaders, Record, ALIGN, BULK, FIRST, HOT_BYTES, LAST, LEN_MAX, MIN_CHUNK, PAD, REC, SPARE_MAX, STAMP_PERIOD, TOTAL_BYTES,
 };
 #[cfg(not(loom))]
 use crate::shm::segment::Segment;
@@ -425,6 +425,14 @@ impl QueueRef {
         RING_HEADER_BYTES as u64 + cap
     }
 
+    /// Does this ring leave its producer's headers of the lap before where
+    /// the next record goes (record.rs R1)?  Only a fast box: one producer,
+    /// which knows where they stand, in a ring shorter than STAMP_PERIOD.
+    /// Its writer and its consumer both ask here.
+    fn keeps_lap_headers(&self) -> bool {
+        !self.shared && self.cap < STAMP_PERIOD
+    }
+
     /// Offset of byte position `pos` in the data area: a mask, not a
     /// division (`cap` is a power of two, checked in `new`), since it is on
     /// the path of every record sent and polled.
@@ -546,7 +554,7 @@ impl QueueWriter {
         if me >= MAX_PEERS || pid == 0 || q.table().is_some() {
             return Err(Error::InvalidArgument);
         }
-        let lap_headers = (q.cap < STAMP_PERIOD).then(|| LapHeaders::new(q.cap));
+        let lap_headers = q.keeps_lap_headers().then(|| LapHeaders::new(q.cap));
         Ok(QueueWriter { lap_headers, ..QueueWriter::with(q, me, pid) })
     }
 
@@ -1223,7 +1231,7 @@ impl QueueConsumer {
         if !head.is_multiple_of(ALIGN) {
             return Err(Error::Shm);
         }
-        let lap_headers = !q.shared && q.cap < STAMP_PERIOD;
+        let lap_headers = q.keeps_lap_headers();
         Ok(QueueConsumer { q, head, empty_polls: 0, max_message, assembling: None, spare: Vec::new(), id, bulk: HashMap::new(), lap_headers })
     }
 
@@ -1292,7 +1300,7 @@ impl QueueConsumer {
     /// or 0 for a ring without such headers.
     pub fn lap_before_stamp(&self) -> u16 {
         if self.lap_headers {
-            crate::shm::record::stamp_for(self.head.wrapping_sub(self.q.cap))
+            lap_before_stamp(self.head, self.q.cap)
         } else {
             0
         }

@@ -149,11 +149,18 @@ pub(crate) fn stamp_for(pos: u64) -> u16 {
 /// 16-aligned), different ones.
 pub(crate) const STAMP_PERIOD: u64 = 1 << 19;
 
+/// The stamp of the header put at `pos` one lap before, in a ring of
+/// `cap` bytes (below STAMP_PERIOD, so never the stamp of `pos` itself).
+#[inline(always)]
+pub(crate) fn lap_before_stamp(pos: u64, cap: u64) -> u16 {
+    stamp_for(pos.wrapping_sub(cap))
+}
+
 /// Is `w`, the word at `pos` of a single-producer ring of `cap` bytes, the
 /// producer's header of the lap before (R1): not yet the record at `pos`?
 #[inline(always)]
 pub(crate) fn lap_before(w: u64, pos: u64, cap: u64) -> bool {
-    w as u16 == stamp_for(pos.wrapping_sub(cap))
+    w as u16 == lap_before_stamp(pos, cap)
 }
 
 /// Where a single producer's headers of the lap before still stand (R1):
@@ -200,24 +207,19 @@ impl LapHeaders {
         self.tail.store(tail, Relaxed);
         let first = off / ALIGN;
         let end = first + size / ALIGN;
+        // Slots [lo, lo + n) of word w covered, `header` set among them.
+        let mark = |w: u64, lo: u64, n: u64, header: u64| {
+            let cell = &self.bits[w as usize];
+            cell.store(cell.load(Relaxed) & !((u64::MAX >> (64 - n)) << lo) | header, Relaxed);
+        };
+        // The header's word (all of the common record: a size is at least
+        // 16, one slot), then the words a large record or a PAD covers.
         let (w, lo) = (first / 64, first % 64);
-        if end <= (w + 1) * 64 {
-            // The common record, within one word of bits (a size is at
-            // least 16: one slot).
-            let covered = (u64::MAX >> (64 - (end - first))) << lo;
-            let cell = &self.bits[w as usize];
-            cell.store(cell.load(Relaxed) & !covered | 1 << lo, Relaxed);
-            return;
-        }
-        let mut slot = first;
-        while slot < end {
-            let (w, lo) = (slot / 64, slot % 64);
-            let n = (end - w * 64).min(64) - lo;
-            let covered = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << lo };
-            let header = if slot == first { 1u64 << lo } else { 0 };
-            let cell = &self.bits[w as usize];
-            cell.store(cell.load(Relaxed) & !covered | header, Relaxed);
-            slot = (w + 1) * 64;
+        mark(w, lo, (end - first).min(64 - lo), 1 << lo);
+        let mut w = w + 1;
+        while w * 64 < end {
+            mark(w, 0, (end - w * 64).min(64), 0);
+            w += 1;
         }
     }
 }
