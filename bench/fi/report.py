@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
 """bench/fi/run.sh's raw results (round config metric key value) as medians,
 the provider's ratios against each MPI's own paths, and the targets."""
+import os
+import sys
+
 from results import load
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ompi"))
+import placement  # noqa: E402  (bench/ompi/placement.py)
 
 # (ours, reference): the provider against each MPI's default on-node path
 # and against libfabric's own providers under the same MPI; then libfabric's
@@ -16,7 +22,8 @@ PAIRS = TARGET_PAIRS + [("ompi_doorbell", "ompi_floor"), ("ompi_floor", "ompi_va
 
 
 def main():
-    configs, med, best = load(__doc__)
+    configs, med, best, raw = load(__doc__)
+    runs = placement.load_runs(raw)
     pairs = [(x, y) for x, y in PAIRS if x in configs and y in configs]
 
     def table(metric, title, fmt):
@@ -38,6 +45,12 @@ def main():
 
     f = lambda v: "-" if v is None else f"{v:.2f}"
     table("lat", "2-rank latency, us (median; ratio < 1: the provider faster)", f)
+    placed = placement.table_rows(runs, configs, pairs)
+    if placed:
+        print(f"\n== {placed[0]} ==")
+        w = [max(len(str(r[i])) for r in placed[2] + [placed[1]]) for i in range(len(placed[1]))]
+        for r in [placed[1]] + placed[2]:
+            print("  ".join(str(x).rjust(w[i]) for i, x in enumerate(r)))
     table("bw", "2-rank bandwidth, MB/s (windowed; small sizes are the message rate)", f)
     table("idle_cpu", "CPU of a rank blocked in MPI_Recv, % of a core", f)
 
@@ -55,6 +68,12 @@ def main():
             verdict = "n/a" if v is None or b is None else ("met" if ok(v) and ok(b) else "MISSED")
             show = lambda r: "-" if r is None else f"{r:.2f}x"
             print(f"{desc:45s} {show(v):>8s} {show(b):>8s}  goal {'<=' if le else '>='} {goal}x  {verdict}")
+    for x, y in [p for p in TARGET_PAIRS if p in pairs]:
+        r, where = placement.worst_ratio(runs, configs, x, y)
+        show = "-" if r is None else f"{r:.2f}x"
+        verdict = "n/a" if r is None else ("met" if r <= 1.2 else "MISSED")
+        print(f"{'8 B latency ' + x + '/' + y + ', same placement':45s} {show:>8s} {'':>8s}  goal <= 1.2x  {verdict}"
+              f"{'  (worst: the runs of ' + where + ')' if where else ''}")
     for x in ("ompi_doorbell", "mpich_doorbell"):
         v = med.get((x, "idle_cpu", "-"))
         if x in configs:

@@ -7,7 +7,8 @@ from collections import defaultdict
 
 
 def load(doc):
-    """Parse `--configs "A B ..." RAW`; return (configs, medians, bests)."""
+    """Parse `--configs "A B ..." RAW`; return (configs, medians, bests,
+    the raw file's path)."""
     ap = argparse.ArgumentParser(description=doc)
     ap.add_argument("--configs", required=True)
     ap.add_argument("raw")
@@ -21,4 +22,4 @@ def load(doc):
     # or far (a cache line crosses in 0.06-0.08 or 0.14-0.34 us), and a
     # median of few rounds can compare one placement with the other.
     best = {key: (min(v) if key[1] == "lat" else max(v)) for key, v in vals.items()}
-    return a.configs.split(), med, best
+    return a.configs.split(), med, best, a.raw

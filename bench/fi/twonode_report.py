@@ -12,7 +12,7 @@ GOAL = 1.5
 
 
 def main():
-    configs, raw_med, raw_best = load(__doc__)
+    configs, raw_med, raw_best, _ = load(__doc__)
     # Sizes as numbers; the placement line (hosts_distinct, key "-") is the
     # script's check, not a figure.
     sized = lambda d: {(c, m, int(k)): v for (c, m, k), v in d.items() if k != "-"}

@@ -4,10 +4,20 @@
  * Prints: RESULT lat  <bytes> <microseconds>
  *         RESULT bw   <bytes> <MB/s, 10^6 bytes per second>
  *         RESULT bibw <bytes> <MB/s, both directions together>
+ *         RESULT line 64 <microseconds>   (both ranks on one host only)
+ *
+ * `line` is the run's floor: one 64-byte line handed back and forth
+ * between the two ranks through shared memory, no MPI (half a round trip).
+ * The host places the two CPUs near or far apart from run to run (0.03,
+ * 0.07 or 0.28 us here), and every transport's small-message latency moves
+ * with it: report.py groups the runs by this figure (placement.py).
  */
 #include "bench_common.h"
 
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <sys/mman.h>
 
 static const size_t sizes[] = { 0, 1, 4, 8, 16, 64, 256, 1024, 4096, 16384, 65536,
                                 262144, 1048576, 4194304 };
@@ -119,6 +129,72 @@ static double latency(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf)
     return t / (double)iters / 2.0 * 1e6;
 }
 
+/* The cache-line floor (see the header): rounds of LINE_TRIPS round trips,
+ * the median round's half round trip in us; 0 if the ranks share no
+ * memory (different hosts). */
+#define LINE_ROUNDS 5
+#define LINE_TRIPS 20000
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double line_floor(int rank)
+{
+    char name[64] = { 0 };
+    if (rank == 0)
+        snprintf(name, sizeof name, "/doorbell-bench-line-%d-%ld", (int)getpid(), (long)(now_s() * 1e6));
+    MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+    int fd = -1;
+    if (rank == 0) {
+        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd >= 0 && ftruncate(fd, 4096) != 0) {
+            close(fd);
+            shm_unlink(name);
+            fd = -1;
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1)
+        fd = shm_open(name, O_RDWR, 0600);
+    void *page = fd >= 0 ? mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (fd >= 0)
+        close(fd);
+    int ok = page != MAP_FAILED, both = 0;
+    MPI_Allreduce(&ok, &both, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    if (rank == 0)
+        shm_unlink(name);
+    if (!both) {
+        if (ok)
+            munmap(page, 4096);
+        return 0;
+    }
+    /* Two lines, each written by one rank: the other's store is what a
+     * rank waits for, as a receiver waits for a message's. */
+    _Atomic uint64_t *ping = page, *pong = (_Atomic uint64_t *)((char *)page + 64);
+    double rounds[LINE_ROUNDS];
+    for (int k = 0; k < LINE_ROUNDS; k++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = now_s();
+        for (uint64_t i = (uint64_t)k * LINE_TRIPS + 1; i <= (uint64_t)(k + 1) * LINE_TRIPS; i++) {
+            if (rank == 0) {
+                atomic_store_explicit(ping, i, memory_order_release);
+                while (atomic_load_explicit(pong, memory_order_acquire) != i)
+                    ;
+            } else {
+                while (atomic_load_explicit(ping, memory_order_acquire) != i)
+                    ;
+                atomic_store_explicit(pong, i, memory_order_release);
+            }
+        }
+        rounds[k] = (now_s() - t0) / LINE_TRIPS / 2.0 * 1e6;
+    }
+    munmap(page, 4096);
+    qsort(rounds, LINE_ROUNDS, sizeof rounds[0], cmp_double);
+    return rounds[LINE_ROUNDS / 2];
+}
+
 /* A stream's shape at `size`: messages in flight per round, and rounds
  * (at most 32k messages: tcp streams tiny messages slowly). */
 static void stream_shape(size_t size, size_t *window, size_t *iters)
@@ -215,6 +291,12 @@ int main(int argc, char **argv)
     require_size(2);
     quick = has_flag(argc, argv, "-q");
     report_placement();
+
+    double line = line_floor(rank);
+    if (rank == 0 && line > 0) {
+        printf("RESULT line 64 %.4f\n", line);
+        fflush(stdout);
+    }
 
     uint8_t *sbuf = malloc(MAX_SIZE);
     uint8_t *rbuf = malloc(BW_INFLIGHT > MAX_SIZE ? BW_INFLIGHT : MAX_SIZE);

@@ -6,6 +6,8 @@ import statistics
 import sys
 from collections import defaultdict
 
+import placement
+
 # (numerator, denominator) pairs whose ratio is printed, per mode.
 RATIOS = {
     "single": [("doorbell", "vader"), ("doorbell", "tcp"), ("doorbell_tcp", "tcp"), ("doorbell_block", "vader"),
@@ -45,8 +47,9 @@ def load(path):
 
 
 class Results:
-    def __init__(self, vals):
+    def __init__(self, vals, runs):
         self.vals = vals
+        self.runs = runs
 
     def med(self, t, metric, key="-"):
         v = self.vals.get((t, metric, key))
@@ -111,6 +114,13 @@ def scalar_table(res, transports, pairs):
     table(header, rows)
 
 
+def placement_table(res, transports, pairs):
+    t = placement.table_rows(res.runs, transports, pairs)
+    if t:
+        print(f"\n== {t[0]} ==")
+        table(t[1], t[2])
+
+
 def targets(res, mode, transports):
     """Each target: (description, value or None, limit, strict, unit, context)."""
     out = []
@@ -128,6 +138,9 @@ def targets(res, mode, transports):
                     + "/s, wake-ups " + fmt(res.med("vader", "idle_wakeups")) + "/s"))
         out.append(("8 B latency, doorbell/vader", res.ratio("doorbell", "vader", "lat", "8"),
                     1.2, False, "x", ctx("lat", "8", ["doorbell", "vader"]) + " us"))
+        placed, where = placement.worst_ratio(res.runs, transports, "doorbell", "vader")
+        out.append(("8 B latency, doorbell/vader, same placement (worst)", placed,
+                    1.2, False, "x", f"in the runs of {where}" if where else "no group ran both"))
         out.append(("8 B latency, doorbell force_tcp/tcp",
                     res.ratio("doorbell_tcp", "tcp", "lat", "8"),
                     1.1, False, "x", ctx("lat", "8", ["doorbell_tcp", "tcp"]) + " us"))
@@ -176,11 +189,12 @@ def main():
     ap.add_argument("results")
     a = ap.parse_args()
     transports = a.transports.split()
-    res = Results(load(a.results))
+    res = Results(load(a.results), placement.load_runs(a.results))
     pairs = [(x, y) for x, y in RATIOS[a.mode] if x in transports and y in transports]
 
     sized_table(res, transports, pairs, "lat",
                 "2-rank latency, us (ping-pong / 2, median; ratio < 1: doorbell faster)", "{:.2f}".format)
+    placement_table(res, transports, pairs)
     sized_table(res, transports, pairs, "bw",
                 "2-rank bandwidth, MB/s (10^6 B/s, median; ratio > 1: doorbell faster)", fmt3)
     sized_table(res, transports, pairs, "bibw",
