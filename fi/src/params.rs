@@ -62,7 +62,7 @@ const STRINGS: &[(&CStr, &CStr)] = &[
 const INTS: &[(&CStr, &CStr)] = &[
     (c"spin_us", c"adaptive: microseconds of back-to-back empty reads before the first sleep (default: 100)"),
     (c"sleep_min_us", c"Bound of the first sleep in microseconds; it doubles while nothing comes (default: 1000)"),
-    (c"sleep_max_us", c"Largest bound of one sleep in microseconds (default: 4000; once a second thread posts on an endpoint, or the process starts threads while its MPI runs at MPI_THREAD_MULTIPLE, sleeps keep sleep_min_us)"),
+    (c"sleep_max_us", c"Largest bound of one sleep in microseconds (default: 8000, half the bound the BTL keeps while Open MPI may have work that rings no bell; once a second thread posts on an endpoint, or the process starts threads while its MPI runs at MPI_THREAD_MULTIPLE, sleeps keep sleep_min_us)"),
     (c"rndv_min", c"Tagged messages of at least this many bytes to a rank on this node go in one copy: the receiver reads them from the sender's buffer with process_vm_readv (over TCP if it cannot), and the send completes when it has. 0: never (default: 65536)"),
     (c"task", c"This rank's task number, unique in the job, < 16384 (default: PMI_RANK, PMIX_RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID)"),
 ];
@@ -122,7 +122,7 @@ pub fn read(prov: *mut fi_provider) -> Settings {
         wait,
         spin_us: us(c"spin_us", 100),
         sleep_min_us,
-        sleep_max_us: us(c"sleep_max_us", 4000).max(sleep_min_us),
+        sleep_max_us: us(c"sleep_max_us", 8000).max(sleep_min_us),
         job: get_str(prov, c"job").filter(|s| !s.is_empty()),
         task: get_int(prov, c"task").and_then(|v| u32::try_from(v).ok()),
         node: get_str(prov, c"node").filter(|s| !s.is_empty()),

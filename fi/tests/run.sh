@@ -34,9 +34,9 @@
 #   WAIT         FI_DOORBELL_WAIT for the runs     (adaptive)
 #   IDLE_CPU_LIMIT  percent a blocked receiver may use (5)
 #   IDLE_WAKE_LIMIT wake-ups a second it may have (600: sleeps grow to
-#                   FI_DOORBELL_SLEEP_MAX_US, 4 ms, though the test starts
+#                   FI_DOORBELL_SLEEP_MAX_US, 8 ms, though the test starts
 #                   a watcher thread, as its MPI runs below
-#                   MPI_THREAD_MULTIPLE: 235-290 a second; what the limit
+#                   MPI_THREAD_MULTIPLE: 125-160 a second; what the limit
 #                   catches is sleeps kept at 1 ms, 800-925 a second)
 #   PINGPONG_MAX    largest ping-pong message        (16777216)
 #   RUN_TIMEOUT  seconds per mpirun/mpiexec        (180)
