@@ -706,8 +706,9 @@ mod tests {
     /// The read after a wake-up can take 10-30 us of CPU (cold caches):
     /// if the reads after it come as fast as a polling caller's, the
     /// sleeps go on, their bound still growing.
-    #[test]
-    fn a_slow_read_after_a_wake_up_alone_does_not_end_sleeping() {
+    /// A first sleep (1 ms bound), then a read 14 us of CPU after the
+    /// wake-up (at 2 ms): a second look begins.
+    fn after_a_slow_wake() -> (Idle, Cell<u64>) {
         let mut i = idle(WaitPolicy::Adaptive);
         let cpu = Cell::new(0);
         i.asleep = Some((1, 0));
@@ -716,6 +717,12 @@ mod tests {
         cpu.set(15_000);
         assert_eq!(i.empty(0, 2_000_000, 0, 1, clock(&cpu)), None, "14 us after the wake-up: a second look");
         assert_eq!(i.second_looks, 1);
+        (i, cpu)
+    }
+
+    #[test]
+    fn a_slow_read_after_a_wake_up_alone_does_not_end_sleeping() {
+        let (mut i, cpu) = after_a_slow_wake();
         // Four reads 4 us apart: polling.
         for n in 1..LOOK_READS {
             cpu.set(cpu.get() + 4_000);
@@ -750,13 +757,7 @@ mod tests {
     /// works between every two reads still goes back to spinning.
     #[test]
     fn one_late_read_of_the_mpis_own_work_in_a_look_does_not_end_sleeping() {
-        let mut i = idle(WaitPolicy::Adaptive);
-        let cpu = Cell::new(0);
-        i.asleep = Some((1, 0));
-        assert_eq!(i.empty(0, 1_000, 0, 1, clock(&cpu)), Some(Duration::from_micros(1000)));
-        i.slept(1, 1_000);
-        cpu.set(15_000);
-        assert_eq!(i.empty(0, 2_000_000, 0, 1, clock(&cpu)), None, "a slow wake: a second look");
+        let (mut i, cpu) = after_a_slow_wake();
         cpu.set(cpu.get() + 25_000);
         assert_eq!(i.empty(0, 2_030_000, 0, 1, clock(&cpu)), None, "the event loop ran: the look starts again");
         assert!(i.asleep.is_some(), "still asleep");
