@@ -21,12 +21,6 @@
 #define WINDOW 64
 #define SIZE (1u << 20)
 
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv)
 {
     int rank, size;
@@ -71,8 +65,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "rank %d: byte %zu of the last window is wrong\n", rank, i);
             MPI_Abort(MPI_COMM_WORLD, 3);
         }
-    qsort(win, n, sizeof(double), cmp);
-    qsort(post, n, sizeof(double), cmp);
+    qsort(win, n, sizeof(double), cmp_double);
+    qsort(post, n, sizeof(double), cmp_double);
     double mbps = 2.0 * WINDOW * (double)n * SIZE / 1e6 / total;
     if (rank == 0) {
         printf("RESULT window_ms %u %.3f\n", SIZE, win[n / 2]);

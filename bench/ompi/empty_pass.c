@@ -16,12 +16,6 @@
 
 #include <stdint.h>
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv)
 {
     int rank = pair_init(&argc, &argv);

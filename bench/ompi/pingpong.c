@@ -134,11 +134,6 @@ static double latency(int rank, size_t size, uint8_t *sbuf, uint8_t *rbuf)
  * memory (different hosts). */
 #define LINE_ROUNDS 5
 #define LINE_TRIPS 20000
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static double line_floor(int rank)
 {
