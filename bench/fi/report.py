@@ -21,6 +21,14 @@ PAIRS = TARGET_PAIRS + [("ompi_doorbell", "ompi_floor"), ("ompi_floor", "ompi_va
                         ("mpich_doorbell", "mpich_fi_tcp"), ("mpich_fi_shm", "mpich_default")]
 
 
+def show_table(title, head, rows):
+    """Print `rows` under `head`, columns right-aligned to their widest."""
+    print(f"\n== {title} ==")
+    w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    for r in [head] + rows:
+        print("  ".join(str(x).rjust(w[i]) for i, x in enumerate(r)))
+
+
 def main():
     configs, med, best, raw = load(__doc__)
     runs = placement.load_runs(raw)
@@ -30,7 +38,6 @@ def main():
         keys = sorted({k for (c, m, k) in med if m == metric}, key=lambda k: float(k) if k != "-" else 0)
         if not keys:
             return
-        print(f"\n== {title} ==")
         head = ["size"] + configs + [f"{x}/{y}" for x, y in pairs]
         rows = []
         for k in keys:
@@ -39,18 +46,13 @@ def main():
                 vx, vy = med.get((x, metric, k)), med.get((y, metric, k))
                 row.append(f"{vx / vy:.2f}x" if vx and vy else "-")
             rows.append(row)
-        w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
-        for r in [head] + rows:
-            print("  ".join(str(x).rjust(w[i]) for i, x in enumerate(r)))
+        show_table(title, head, rows)
 
     f = lambda v: "-" if v is None else f"{v:.2f}"
     table("lat", "2-rank latency, us (median; ratio < 1: the provider faster)", f)
     placed = placement.table_rows(runs, configs, pairs)
     if placed:
-        print(f"\n== {placed[0]} ==")
-        w = [max(len(str(r[i])) for r in placed[2] + [placed[1]]) for i in range(len(placed[1]))]
-        for r in [placed[1]] + placed[2]:
-            print("  ".join(str(x).rjust(w[i]) for i, x in enumerate(r)))
+        show_table(*placed)
     table("bw", "2-rank bandwidth, MB/s (windowed; small sizes are the message rate)", f)
     table("idle_cpu", "CPU of a rank blocked in MPI_Recv, % of a core", f)
 
